@@ -1,0 +1,17 @@
+#pragma once
+// The subcommands of `phasebench`. Each returns the process exit status and
+// reports bad input as one line naming the problem (exit 2).
+#include <string>
+#include <vector>
+
+namespace phasebench {
+
+int cmd_run(int argc, char** argv);       // the benchmark sweep (Google Benchmark)
+int cmd_model(int argc, char** argv);     // the analytical model
+int cmd_models(int argc, char** argv);    // shipped model configs
+int cmd_gpus(int argc, char** argv);      // the GPU spec table
+int cmd_summary(int argc, char** argv);   // summary of a results file
+int cmd_overhead(int argc, char** argv);  // harness time vs a bare loop
+int phasebench_main(int argc, char** argv);
+
+}  // namespace phasebench

@@ -1,0 +1,70 @@
+#pragma once
+// The benchmark body every point runs (Google Benchmark, manual time): prepare
+// the operation outside timing, verify it against the CPU reference, warm up,
+// then time samples through the backend. Results per point go to a registry the
+// results writer reads.
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
+
+#include "backend.hpp"
+#include "sweep.hpp"
+
+namespace phasebench {
+
+struct PointOutcome {
+  std::string status = "not run";  // ok | skipped | error
+  std::string message;
+  std::vector<double> samples;  // seconds per run() of the final Google Benchmark call
+  std::uint64_t runs_per_sample = 1;
+  bool throttled = false;
+  nlohmann::json clocks;  // clocks seen at the end of the point
+};
+
+struct RunOptions {
+  bool cold_cache = true;
+  CeilingSource ceiling = CeilingSource::measured;
+};
+
+class BenchContext {
+ public:
+  BenchContext(Backend& backend, RunOptions opts) : backend_(backend), opts_(opts) {}
+  Backend& backend() { return backend_; }
+  const RunOptions& options() const { return opts_; }
+  // The Google Benchmark function of a point.
+  void run(benchmark::State& st, const Point& p);
+  const PointOutcome* outcome(const std::string& name) const;
+  const Point* point(const std::string& name) const;
+  void add_point(const Point& p) { points_[p.name] = p; }
+  const std::map<std::string, Point>& points() const { return points_; }
+  // The structured phasebench fields of a point, for the results file.
+  nlohmann::json point_json(const std::string& name) const;
+
+ private:
+  Backend& backend_;
+  RunOptions opts_;
+  std::map<std::string, Point> points_;
+  std::map<std::string, PointOutcome> outcomes_;
+  // The prepared op is kept across Google Benchmark's repeated calls of one
+  // point (it calls the function again while it sizes the iteration count).
+  std::string current_;
+  std::unique_ptr<PreparedOp> op_;
+  std::string prepare_error_;
+};
+
+// Statistics of a list of samples.
+struct SampleStats {
+  double median = 0, mean = 0, min = 0, max = 0, stddev = 0, cv = 0;
+  std::size_t count = 0;
+};
+SampleStats stats_of(std::vector<double> samples);
+
+// Register every point with Google Benchmark (manual time, named as the point).
+void register_points(BenchContext& ctx, const std::vector<Point>& points);
+
+}  // namespace phasebench

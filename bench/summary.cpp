@@ -1,0 +1,108 @@
+#include "summary.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "phasebench/roofline.hpp"
+#include "phasebench/workload.hpp"
+
+namespace phasebench {
+
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Smallest M at which a linear layer N x K reaches the ridge (intensity >= P/W).
+std::uint64_t predicted_crossing(std::uint64_t N, std::uint64_t K, std::uint64_t e, double ridge) {
+  auto intensity = [&](std::uint64_t M) { return linear_cost({M, N, K}, e, e).intensity(); };
+  std::uint64_t lo = 1, hi = 1;
+  while (intensity(hi) < ridge) {
+    if (hi >= (1ull << 24)) return 0;  // never within reason
+    hi *= 2;
+  }
+  if (hi == 1) return 1;
+  lo = hi / 2;
+  while (hi - lo > 1) {
+    const auto mid = lo + (hi - lo) / 2;
+    (intensity(mid) >= ridge ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+}  // namespace
+
+std::string summarize(const nlohmann::json& results) {
+  struct Group {
+    std::vector<double> fractions;
+    std::size_t skipped = 0, errors = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Group> groups;
+  struct GemvPoint {
+    std::uint64_t batch, N, K, e;
+    double time, flops_frac, bw_frac, ridge;
+  };
+  std::map<std::string, std::map<std::uint64_t, GemvPoint>> gemv;  // key -> batch -> fastest point
+  std::string ceiling_source;
+  for (const auto& b : results.value("benchmarks", nlohmann::json::array())) {
+    if (!b.contains("phasebench") || b.value("run_type", "") != "iteration") continue;
+    const auto& p = b.at("phasebench");
+    auto& g = groups[{p.value("phase", ""), p.value("op", "")}];
+    const auto status = p.value("status", "");
+    if (status == "skipped") ++g.skipped;
+    if (status == "error") ++g.errors;
+    if (status != "ok" || !p.contains("roofline")) continue;
+    const auto& r = p.at("roofline");
+    if (r.at("fraction_of_roofline").is_number()) g.fractions.push_back(r.at("fraction_of_roofline").get<double>());
+    ceiling_source = r.value("bandwidth_ceiling_source", "");
+    if (p.value("op", "") == "gemv") {
+      const auto& sh = p.at("shape");
+      const double t = p.at("time").at("median_s").get<double>();
+      const double P = r.at("peak_flops_per_s").get<double>(), W = r.at("bandwidth_bytes_per_s").get<double>();
+      GemvPoint gp{sh.at("M").get<std::uint64_t>(), sh.at("N").get<std::uint64_t>(), sh.at("K").get<std::uint64_t>(),
+                   element_bytes(parse_dtype(p.value("dtype", "fp32"))), t,
+                   p.at("flops").get<double>() / t / P, p.at("bytes").at("total").get<double>() / t / W, P / W};
+      const std::string key = p.value("model", "") + "." + p.value("target", "") + " " + p.value("dtype", "");
+      auto& slot = gemv[key];
+      auto it = slot.find(gp.batch);
+      if (it == slot.end() || gp.time < it->second.time) slot[gp.batch] = gp;
+    }
+  }
+  std::string out = fmt::format("\nphasebench summary: fraction of roofline ({} ceilings)\n", ceiling_source.empty() ? "no" : ceiling_source);
+  out += fmt::format("  {:<8} {:<18} {:>6} {:>8} {:>8} {:>8} {:>7}\n", "phase", "op", "points", "best", "median", "skipped", "errors");
+  for (const auto& [k, g] : groups) {
+    if (g.fractions.empty()) {
+      out += fmt::format("  {:<8} {:<18} {:>6} {:>8} {:>8} {:>8} {:>7}\n", k.first, k.second, 0, "-", "-", g.skipped, g.errors);
+      continue;
+    }
+    out += fmt::format("  {:<8} {:<18} {:>6} {:>7.1f}% {:>7.1f}% {:>8} {:>7}\n", k.first, k.second, g.fractions.size(),
+                       100 * *std::max_element(g.fractions.begin(), g.fractions.end()), 100 * median_of(g.fractions),
+                       g.skipped, g.errors);
+  }
+  if (!gemv.empty()) {
+    out += "\ndecode linear layers: batch where points cross from memory-bound to compute-bound\n";
+    out += "  (measured: first batch whose fastest point uses a larger fraction of the compute ceiling than of the\n"
+           "   bandwidth ceiling; predicted: first batch whose intensity reaches the ridge P/W)\n";
+    out += fmt::format("  {:<36} {:>12} {:>10}\n", "layer", "measured", "predicted");
+    for (const auto& [key, pts] : gemv) {
+      std::string measured = fmt::format("> {}", pts.rbegin()->first);
+      for (const auto& [batch, gp] : pts)
+        if (gp.flops_frac > gp.bw_frac) {
+          measured = std::to_string(batch);
+          break;
+        }
+      const auto& any = pts.begin()->second;
+      const auto pred = predicted_crossing(any.N, any.K, any.e, any.ridge);
+      out += fmt::format("  {:<36} {:>12} {:>10}\n", key, measured, pred ? std::to_string(pred) : std::string("never"));
+    }
+  }
+  return out;
+}
+
+}  // namespace phasebench

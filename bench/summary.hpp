@@ -1,0 +1,15 @@
+#pragma once
+// The summary printed after Google Benchmark's table: per phase and operation
+// the best and median fraction of roofline, and for the decode linear layers the
+// batch at which measured points cross from memory- to compute-bound next to
+// the predicted crossing.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace phasebench {
+
+// `results` is a results document (as written by ResultsFile).
+std::string summarize(const nlohmann::json& results);
+
+}  // namespace phasebench

@@ -1,0 +1,78 @@
+#pragma once
+// The analytical model: from a config, a step shape and a GPU's ceilings, predict
+// each operation's time on the roofline (max(FLOPs/P, bytes/W)), phase totals,
+// TTFT and per-token latency, KV-cache size and the largest batch that fits.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "phasebench/gpu_specs.hpp"
+#include "phasebench/model.hpp"
+#include "phasebench/roofline.hpp"
+
+namespace phasebench {
+
+struct EstimateInputs {
+  std::uint64_t batch = 1;
+  std::uint64_t prompt = 1024;   // S of the prefill step
+  std::uint64_t context = 1024;  // L of the decode step
+  DType dtype = DType::bf16;     // weights (and activations unless 8-bit)
+  DType kv_dtype = DType::bf16;
+  CeilingSource ceiling = CeilingSource::datasheet;
+};
+
+struct OpEstimate {
+  LayerOp op;
+  DType compute_dtype = DType::bf16;
+  double peak_flops = 0, bandwidth = 0;
+  double time_s = 0;  // per occurrence
+  Bound bound = Bound::memory;
+};
+
+struct PhaseEstimate {
+  Phase phase = Phase::decode;
+  StepShape step;
+  std::vector<OpEstimate> ops;
+  OpCost total;         // all ops, counts applied
+  double time_s = 0;    // sum of op times, counts applied
+};
+
+struct Estimate {
+  ModelConfig model;
+  GpuSpec gpu;
+  EstimateInputs in;
+  Precision precision;
+  std::uint64_t params = 0;
+  std::uint64_t weight_bytes = 0;
+  std::uint64_t kv_bytes_per_token = 0;
+  std::uint64_t kv_cache_bytes = 0;  // batch sequences at the decode context
+  std::uint64_t max_batch = 0;       // largest batch whose weights + KV fit in memory at the decode context
+  PhaseEstimate prefill, decode;
+  double ttft_s = 0;       // prefill step time
+  double per_token_s = 0;  // decode step time
+};
+
+// The dtype whose compute ceiling an op uses.
+DType compute_dtype_for(const LayerOp& op, DType dtype);
+Estimate estimate(const ModelConfig& m, const GpuSpec& gpu, const EstimateInputs& in);
+
+// DESIGN.md's simple model: a layer of 12*h^2 parameters whose only traffic is its weights.
+struct SimpleEstimate {
+  std::uint64_t hidden = 0, layers = 0, batch = 0, prompt = 0;
+  DType dtype = DType::fp16;
+  std::uint64_t params_per_layer = 0;
+  std::uint64_t weight_bytes = 0;
+  std::uint64_t prefill_flops = 0, decode_flops = 0;
+  double prefill_intensity = 0, decode_intensity = 0;
+};
+SimpleEstimate simple_estimate(std::uint64_t hidden, std::uint64_t layers, std::uint64_t batch, std::uint64_t prompt,
+                               DType dtype);
+
+nlohmann::json to_json(const Estimate& e);
+nlohmann::json to_json(const SimpleEstimate& s);
+std::string to_text(const Estimate& e);
+std::string to_text(const SimpleEstimate& s, const GpuSpec* gpu);
+
+}  // namespace phasebench

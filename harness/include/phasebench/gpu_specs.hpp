@@ -1,0 +1,53 @@
+#pragma once
+// The GPU datasheet table (harness/data/gpus.json): dense peaks per dtype,
+// memory bandwidth and size, SMs, L2, each with the document it comes from.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phasebench/dtype.hpp"
+#include "phasebench/roofline.hpp"
+
+namespace phasebench {
+
+struct GpuSpec {
+  std::string key;  // short slug, e.g. "h200-sxm"
+  std::string name;
+  std::vector<std::string> driver_names;  // as cudaDeviceProp::name reports them
+  std::string architecture;
+  std::string compute_capability;
+  int sm_count = 0;
+  int boost_clock_mhz = 0;
+  std::uint64_t memory_bytes = 0;
+  std::string memory_type;
+  double memory_bandwidth_gbps = 0;  // decimal GB/s
+  int memory_bus_width_bits = 0;
+  std::uint64_t l2_bytes = 0;
+  std::map<DType, double> peak_tflops;  // dense; int8 in TOPS
+  std::string sources;                  // documents, joined
+  // The datasheet ceilings (compute per dtype, bandwidth) with their sources.
+  Ceilings ceilings() const;
+};
+
+class GpuTable {
+ public:
+  // Loads harness/data/gpus.json (or `path`); throws InputError when missing or malformed.
+  static GpuTable load(const std::string& path = "");
+  const std::vector<GpuSpec>& gpus() const { return gpus_; }
+  // By key ("h200-sxm"), marketing name or a driver name, case-insensitive.
+  std::optional<GpuSpec> find(const std::string& name) const;
+  // Like find, but an unknown name is an InputError listing the known keys.
+  GpuSpec get(const std::string& name) const;
+  // Only an exact driver-name match: an unknown GPU is unknown, never guessed.
+  std::optional<GpuSpec> match_driver_name(const std::string& driver_name) const;
+
+ private:
+  std::vector<GpuSpec> gpus_;
+};
+
+// Where the shipped data files live: $PHASEBENCH_DATA_DIR, else the source tree's harness/data.
+std::string data_dir();
+
+}  // namespace phasebench

@@ -1,0 +1,63 @@
+#pragma once
+// Roofline: ceilings with their source, attainable rate, ridge point, bound.
+// attainable(I) = min(P, I*W); ridge = P/W; memory-bound iff I < ridge.
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "phasebench/dtype.hpp"
+
+namespace phasebench {
+
+enum class CeilingSource { datasheet, theoretical, measured };
+std::string_view to_string(CeilingSource s);
+CeilingSource parse_ceiling_source(std::string_view s);  // throws InputError
+
+struct Ceiling {
+  double value = 0;  // FLOP/s for compute, bytes/s for bandwidth
+  CeilingSource source = CeilingSource::datasheet;
+  std::string method;  // how it was obtained: a document, a formula, a measurement
+};
+
+enum class Bound { memory, compute };
+std::string_view to_string(Bound b);
+
+struct RooflinePlace {
+  double peak_flops = 0;        // P used
+  double bandwidth = 0;         // W used
+  double ridge = 0;             // P / W, FLOP/byte
+  double attainable_flops = 0;  // min(P, I*W)
+  Bound bound = Bound::memory;
+  // Achieved rate / attainable rate: FLOP/s over attainable FLOP/s for ops with
+  // FLOPs; bytes/s over W for ops with none (pure data movement).
+  double fraction = 0;
+};
+
+double attainable(double intensity, double peak_flops, double bandwidth);
+Bound classify(double intensity, double ridge);
+// Place a point with `flops` and `bytes` measured in `seconds` on a roofline.
+RooflinePlace place(double flops, double bytes, double seconds, double peak_flops, double bandwidth);
+// Predicted time of an op on a roofline: max(flops/P, bytes/W).
+double roofline_time(double flops, double bytes, double peak_flops, double bandwidth);
+
+// All ceilings known for a device. Several sources may coexist; `preferred`
+// says which one percentages use, falling back to the others in the order
+// measured, datasheet, theoretical when the preferred one is missing.
+class Ceilings {
+ public:
+  void add_compute(DType t, Ceiling c);
+  void add_bandwidth(Ceiling c);
+  const std::map<DType, std::vector<Ceiling>>& compute() const { return compute_; }
+  const std::vector<Ceiling>& bandwidth() const { return bandwidth_; }
+  std::optional<Ceiling> compute_for(DType t, CeilingSource preferred) const;
+  std::optional<Ceiling> bandwidth_for(CeilingSource preferred) const;
+  bool empty() const { return compute_.empty() && bandwidth_.empty(); }
+
+ private:
+  std::map<DType, std::vector<Ceiling>> compute_;
+  std::vector<Ceiling> bandwidth_;
+};
+
+}  // namespace phasebench

@@ -1,0 +1,85 @@
+#pragma once
+// The one place where the shapes, FLOPs and minimum bytes of every operation are
+// defined (DESIGN.md, "Operations"). Benchmarks, the analytical model and the
+// tests all call these functions; nothing else computes FLOPs or bytes.
+//
+// "Minimum bytes" = every input read once, every output written once. FLOPs are
+// exact integers; softmax, RoPE, norms and other elementwise work count 0 FLOPs
+// (their bytes still count).
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "phasebench/dtype.hpp"
+
+namespace phasebench {
+
+// Bytes split by what they are.
+struct Bytes {
+  std::uint64_t weights = 0;      // parameter reads
+  std::uint64_t kv_cache = 0;     // KV-cache reads
+  std::uint64_t activations = 0;  // activation reads (inputs, queries, new K/V)
+  std::uint64_t block_table = 0;  // paged-KV index reads (block tables, slot mappings)
+  std::uint64_t writes = 0;       // every byte written (outputs, KV-cache writes)
+  std::uint64_t reads() const;
+  std::uint64_t total() const;
+  Bytes& operator+=(const Bytes& o);
+  Bytes scaled(std::uint64_t n) const;
+};
+
+enum class OpKind { linear, decode_attention, decode_attention_paged, prefill_attention, kv_append, kv_append_paged, elementwise };
+std::string_view to_string(OpKind k);
+
+struct OpCost {
+  std::uint64_t flops = 0;
+  Bytes bytes;
+  // FLOPs per byte of minimum traffic; 0 for an op with no FLOPs.
+  double intensity() const;
+  OpCost& operator+=(const OpCost& o);
+  OpCost scaled(std::uint64_t n) const;
+};
+
+// Y[M,N] = X[M,K] W^T, W is N x K. `a_out` defaults to the input activation size.
+struct LinearShape {
+  std::uint64_t M = 0, N = 0, K = 0;
+};
+OpCost linear_cost(const LinearShape& s, std::uint64_t w, std::uint64_t a_in, std::uint64_t a_out);
+inline OpCost linear_cost(const LinearShape& s, std::uint64_t w, std::uint64_t a) { return linear_cost(s, w, a, a); }
+
+// One query token per sequence attending to L cached tokens. K and V caches are
+// [B, Hkv, L, D]; queries and outputs [B, Hq, D].
+struct AttentionShape {
+  std::uint64_t B = 0, Hq = 0, Hkv = 0, L = 0, D = 0;
+};
+OpCost decode_attention_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a);
+// Paged cache: the same KV bytes plus each sequence's block table (int32 per page).
+std::uint64_t pages_per_sequence(std::uint64_t L, std::uint64_t page_size);
+OpCost decode_attention_paged_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a, std::uint64_t page_size);
+
+// Causal self-attention over S prompt tokens with no cached prefix (L ignored).
+struct PrefillAttentionShape {
+  std::uint64_t B = 0, Hq = 0, Hkv = 0, S = 0, D = 0;
+};
+OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a);
+
+// Writing S new tokens' K and V per sequence into the cache.
+struct KvAppendShape {
+  std::uint64_t B = 0, S = 0, Hkv = 0, D = 0;
+};
+OpCost kv_append_cost(const KvAppendShape& s, std::uint64_t a, std::uint64_t c);
+// Paged: plus one int32 block-table read per appended token.
+OpCost kv_append_paged_cost(const KvAppendShape& s, std::uint64_t a, std::uint64_t c);
+
+// Elementwise op: reads `read_bytes` of activations and `weight_bytes` of
+// parameters (a norm's scale), writes `write_bytes`; 0 FLOPs by convention.
+OpCost elementwise_cost(std::uint64_t read_bytes, std::uint64_t weight_bytes, std::uint64_t write_bytes);
+// The elementwise ops of a transformer layer, over M tokens.
+OpCost rmsnorm_cost(std::uint64_t M, std::uint64_t h, std::uint64_t a, std::uint64_t w);
+OpCost rope_cost(std::uint64_t M, std::uint64_t Hq, std::uint64_t Hkv, std::uint64_t D, std::uint64_t a);
+OpCost gated_activation_cost(std::uint64_t M, std::uint64_t I, std::uint64_t a);  // act(gate) * up
+
+// KV cache size = 2 * layers * Hkv * D * context * batch * c bytes.
+std::uint64_t kv_cache_bytes(std::uint64_t layers, std::uint64_t Hkv, std::uint64_t D, std::uint64_t context,
+                             std::uint64_t batch, std::uint64_t c);
+
+}  // namespace phasebench

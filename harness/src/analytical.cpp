@@ -1,0 +1,307 @@
+#include "phasebench/analytical.hpp"
+
+#include <fmt/format.h>
+
+#include "phasebench/checked.hpp"
+#include "phasebench/error.hpp"
+#include "phasebench/json_fields.hpp"
+
+namespace phasebench {
+
+DType compute_dtype_for(const LayerOp& op, DType dtype) {
+  if (op.kind == OpKind::linear) return dtype;
+  // Attention and elementwise work run on the activations: 16-bit when weights are 8-bit.
+  return element_bytes(dtype) == 1 ? DType::bf16 : dtype;
+}
+
+namespace {
+
+PhaseEstimate estimate_phase(const ModelConfig& m, const Ceilings& ceil, const StepShape& step, const EstimateInputs& in,
+                             const Precision& p, const std::string& gpu_name) {
+  PhaseEstimate pe;
+  pe.phase = step.phase;
+  pe.step = step;
+  const auto bw = ceil.bandwidth_for(in.ceiling);
+  if (!bw) throw InputError("GPU '" + gpu_name + "' has no memory bandwidth in the spec table");
+  for (const auto& op : step_ops(m, step, p)) {
+    OpEstimate oe;
+    oe.op = op;
+    oe.compute_dtype = compute_dtype_for(op, in.dtype);
+    oe.bandwidth = bw->value;
+    if (op.cost.flops > 0) {
+      const auto peak = ceil.compute_for(oe.compute_dtype, in.ceiling);
+      if (!peak)
+        throw InputError("GPU '" + gpu_name + "' has no " + std::string(to_string(oe.compute_dtype)) +
+                         " peak in the spec table (the part does not support it); choose another --dtype");
+      oe.peak_flops = peak->value;
+    }
+    oe.time_s = roofline_time(static_cast<double>(op.cost.flops), static_cast<double>(op.cost.bytes.total()),
+                              oe.peak_flops, oe.bandwidth);
+    oe.bound = op.cost.flops > 0 ? classify(op.cost.intensity(), oe.peak_flops / oe.bandwidth) : Bound::memory;
+    pe.total += op.cost.scaled(op.count);
+    pe.time_s += oe.time_s * static_cast<double>(op.count);
+    pe.ops.push_back(std::move(oe));
+  }
+  return pe;
+}
+
+}  // namespace
+
+Estimate estimate(const ModelConfig& m, const GpuSpec& gpu, const EstimateInputs& in) {
+  if (in.batch == 0) throw InputError("--batch must be a positive integer");
+  if (in.prompt == 0) throw InputError("--prompt must be a positive integer");
+  if (in.context == 0) throw InputError("--context must be a positive integer");
+  Estimate e;
+  e.model = m;
+  e.gpu = gpu;
+  e.in = in;
+  e.precision = Precision::from(in.dtype, in.kv_dtype);
+  e.params = parameter_count(m);
+  e.weight_bytes = mul(e.params, e.precision.w, "weight bytes");
+  e.kv_bytes_per_token = kv_bytes_per_token(m, e.precision.c);
+  e.kv_cache_bytes = kv_cache_bytes(m.layers, m.kv_heads, m.head_dim, in.context, in.batch, e.precision.c);
+  const auto per_seq = mul(e.kv_bytes_per_token, in.context, "KV-cache size");
+  e.max_batch = gpu.memory_bytes > e.weight_bytes ? (gpu.memory_bytes - e.weight_bytes) / per_seq : 0;
+  const auto ceil = gpu.ceilings();
+  e.prefill = estimate_phase(m, ceil, {Phase::prefill, in.batch, in.prompt, 0}, in, e.precision, gpu.key);
+  e.decode = estimate_phase(m, ceil, {Phase::decode, in.batch, 1, in.context}, in, e.precision, gpu.key);
+  e.ttft_s = e.prefill.time_s;
+  e.per_token_s = e.decode.time_s;
+  return e;
+}
+
+SimpleEstimate simple_estimate(std::uint64_t hidden, std::uint64_t layers, std::uint64_t batch, std::uint64_t prompt,
+                               DType dtype) {
+  if (hidden == 0 || layers == 0 || batch == 0 || prompt == 0)
+    throw InputError("the simple model needs positive --hidden, --layers, --batch and --prompt");
+  SimpleEstimate s;
+  s.hidden = hidden;
+  s.layers = layers;
+  s.batch = batch;
+  s.prompt = prompt;
+  s.dtype = dtype;
+  s.params_per_layer = mul({12, hidden, hidden}, "parameters");
+  const auto params = mul(s.params_per_layer, layers, "parameters");
+  s.weight_bytes = mul(params, element_bytes(dtype), "weight bytes");
+  s.prefill_flops = mul({2, params, batch, prompt}, "FLOPs");
+  s.decode_flops = mul({2, params, batch}, "FLOPs");
+  s.prefill_intensity = static_cast<double>(s.prefill_flops) / static_cast<double>(s.weight_bytes);
+  s.decode_intensity = static_cast<double>(s.decode_flops) / static_cast<double>(s.weight_bytes);
+  return s;
+}
+
+namespace {
+
+nlohmann::json phase_json(const PhaseEstimate& p) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const auto& o : p.ops) {
+    auto j = cost_json(o.op.cost);
+    j["name"] = o.op.name;
+    j["kind"] = to_string(o.op.kind);
+    j["count"] = o.op.count;
+    j["shape"] = shape_json(o.op);
+    j["compute_dtype"] = to_string(o.compute_dtype);
+    j["peak_flops_per_s"] = o.peak_flops;
+    j["bandwidth_bytes_per_s"] = o.bandwidth;
+    j["bound"] = to_string(o.bound);
+    j["time_s"] = o.time_s;
+    ops.push_back(std::move(j));
+  }
+  auto j = cost_json(p.total);
+  j["batch"] = p.step.batch;
+  j["new_tokens"] = p.step.new_tokens;
+  j["context"] = p.step.context;
+  j["time_s"] = p.time_s;
+  j["ops"] = std::move(ops);
+  return j;
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1e9) return fmt::format("{:.3f} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.3f} MB", b / 1e6);
+  if (b >= 1e3) return fmt::format("{:.3f} kB", b / 1e3);
+  return fmt::format("{:.0f} B", b);
+}
+
+std::string human_time(double s) {
+  if (s >= 1) return fmt::format("{:.3f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
+  return fmt::format("{:.2f} us", s * 1e6);
+}
+
+void phase_text(std::string& out, const PhaseEstimate& p) {
+  out += fmt::format("\n{} step: batch {}, {} new token(s) per sequence, context {}\n", to_string(p.phase), p.step.batch,
+                     p.step.new_tokens, p.step.context);
+  out += fmt::format("  {:<15} {:>5} {:>12} {:>11} {:>11} {:>11} {:>11} {:>10} {:>8} {:>11}\n", "op", "count", "GFLOP",
+                     "weights MB", "KV MB", "act MB", "writes MB", "FLOP/B", "bound", "time");
+  for (const auto& o : p.ops) {
+    const auto& c = o.op.cost;
+    out += fmt::format("  {:<15} {:>5} {:>12.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>10.2f} {:>8} {:>11}\n",
+                       o.op.name, o.op.count, c.flops / 1e9, c.bytes.weights / 1e6, c.bytes.kv_cache / 1e6,
+                       (c.bytes.activations + c.bytes.block_table) / 1e6, c.bytes.writes / 1e6, c.intensity(),
+                       to_string(o.bound), human_time(o.time_s * static_cast<double>(o.op.count)));
+  }
+  const auto& t = p.total;
+  out += fmt::format("  {:<15} {:>5} {:>12.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>10.2f} {:>8} {:>11}\n", "total", "",
+                     t.flops / 1e9, t.bytes.weights / 1e6, t.bytes.kv_cache / 1e6,
+                     (t.bytes.activations + t.bytes.block_table) / 1e6, t.bytes.writes / 1e6, t.intensity(), "",
+                     human_time(p.time_s));
+}
+
+}  // namespace
+
+nlohmann::json to_json(const SimpleEstimate& s) {
+  return {{"hidden", s.hidden},
+          {"layers", s.layers},
+          {"batch", s.batch},
+          {"prompt", s.prompt},
+          {"dtype", to_string(s.dtype)},
+          {"params_per_layer", s.params_per_layer},
+          {"weight_bytes", s.weight_bytes},
+          {"prefill_flops", s.prefill_flops},
+          {"prefill_intensity", s.prefill_intensity},
+          {"decode_flops", s.decode_flops},
+          {"decode_intensity", s.decode_intensity}};
+}
+
+nlohmann::json to_json(const Estimate& e) {
+  const auto& m = e.model;
+  const auto simple = simple_estimate(m.hidden, m.layers, e.in.batch, e.in.prompt, e.in.dtype);
+  return {
+      {"schema_version", 1},
+      {"model",
+       {{"name", m.name},
+        {"source", m.source},
+        {"model_type", m.model_type},
+        {"hidden_size", m.hidden},
+        {"intermediate_size", m.intermediate},
+        {"num_hidden_layers", m.layers},
+        {"num_attention_heads", m.heads},
+        {"num_key_value_heads", m.kv_heads},
+        {"head_dim", m.head_dim},
+        {"vocab_size", m.vocab},
+        {"tie_word_embeddings", m.tie_word_embeddings},
+        {"params", e.params}}},
+      {"gpu",
+       {{"key", e.gpu.key},
+        {"name", e.gpu.name},
+        {"memory_bytes", e.gpu.memory_bytes},
+        {"ceilings", ceilings_json(e.gpu.ceilings())}}},
+      {"inputs",
+       {{"batch", e.in.batch},
+        {"prompt", e.in.prompt},
+        {"context", e.in.context},
+        {"dtype", to_string(e.in.dtype)},
+        {"kv_dtype", to_string(e.in.kv_dtype)},
+        {"ceiling_source", to_string(e.in.ceiling)}}},
+      {"element_bytes", {{"weights", e.precision.w}, {"activations", e.precision.a}, {"kv_cache", e.precision.c}}},
+      {"weight_bytes", e.weight_bytes},
+      {"kv_bytes_per_token", e.kv_bytes_per_token},
+      {"kv_cache_bytes", e.kv_cache_bytes},
+      {"max_batch", e.max_batch},
+      {"phases", {{"prefill", phase_json(e.prefill)}, {"decode", phase_json(e.decode)}}},
+      {"ttft_s", e.ttft_s},
+      {"per_token_s", e.per_token_s},
+      {"decode_tokens_per_s", e.per_token_s > 0 ? static_cast<double>(e.in.batch) / e.per_token_s : 0.0},
+      {"simple_model", to_json(simple)},
+      {"notes",
+       "FLOPs exclude softmax, RoPE, norms and other elementwise work (their bytes count). Times are roofline "
+       "predictions max(FLOPs/P, bytes/W) per op, summed. lm_head runs on the last token of each sequence. max_batch "
+       "counts weights and KV cache only."}};
+}
+
+std::string to_text(const SimpleEstimate& s, const GpuSpec* gpu) {
+  std::string out = fmt::format(
+      "simple model: each layer is 12*h^2 parameters and its only traffic is its weights\n"
+      "  h {}, {} layers, batch {}, prompt {}, {} ({} bytes/element)\n",
+      s.hidden, s.layers, s.batch, s.prompt, to_string(s.dtype), element_bytes(s.dtype));
+  out += fmt::format("  parameters per layer   {:.2f} M\n", s.params_per_layer / 1e6);
+  out += fmt::format("  weights                {:.3f} GB\n", s.weight_bytes / 1e9);
+  out += fmt::format("  prefill FLOPs          {:.2f} GFLOPs\n", s.prefill_flops / 1e9);
+  out += fmt::format("  prefill intensity      {:.2f} FLOP/byte\n", s.prefill_intensity);
+  out += fmt::format("  decode FLOPs           {:.2f} GFLOPs\n", s.decode_flops / 1e9);
+  out += fmt::format("  decode intensity       {:.2f} FLOP/byte\n", s.decode_intensity);
+  if (gpu) {
+    const auto c = gpu->ceilings();
+    const auto P = c.compute_for(s.dtype, CeilingSource::datasheet);
+    const auto W = c.bandwidth_for(CeilingSource::datasheet);
+    if (P && W) {
+      out += fmt::format("  on {} (datasheet {:.0f} TFLOP/s {}, {:.0f} GB/s, ridge {:.1f} FLOP/byte):\n", gpu->name,
+                         P->value / 1e12, to_string(s.dtype), W->value / 1e9, P->value / W->value);
+      out += fmt::format("    prefill {} ({}-bound), decode step {} ({}-bound)\n",
+                         human_time(roofline_time(static_cast<double>(s.prefill_flops), static_cast<double>(s.weight_bytes), P->value, W->value)),
+                         to_string(classify(s.prefill_intensity, P->value / W->value)),
+                         human_time(roofline_time(static_cast<double>(s.decode_flops), static_cast<double>(s.weight_bytes), P->value, W->value)),
+                         to_string(classify(s.decode_intensity, P->value / W->value)));
+    }
+  }
+  return out;
+}
+
+std::string to_text(const Estimate& e) {
+  const auto& m = e.model;
+  std::string out;
+  out += fmt::format("model {} ({}): h {}, I {}, {} layers, {} q heads / {} kv heads, head_dim {}, vocab {}\n", m.name,
+                     m.model_type, m.hidden, m.intermediate, m.layers, m.heads, m.kv_heads, m.head_dim, m.vocab);
+  out += fmt::format("  {} parameters ({:.3f} B), weights {} in {}\n", e.params, e.params / 1e9,
+                     human_bytes(static_cast<double>(e.weight_bytes)), to_string(e.in.dtype));
+  const auto ceil = e.gpu.ceilings();
+  const auto W = ceil.bandwidth_for(e.in.ceiling);
+  out += fmt::format("gpu {}: {} memory, {:.0f} GB/s ({} ceilings)\n", e.gpu.name,
+                     human_bytes(static_cast<double>(e.gpu.memory_bytes)), W ? W->value / 1e9 : 0.0, to_string(e.in.ceiling));
+  for (const auto& [t, v] : ceil.compute())
+    if (auto c = ceil.compute_for(t, e.in.ceiling))
+      out += fmt::format("  {:<5} {:>8.1f} TFLOP/s, ridge {:.1f} FLOP/byte\n", to_string(t), c->value / 1e12,
+                         W ? c->value / W->value : 0.0);
+  phase_text(out, e.prefill);
+  phase_text(out, e.decode);
+  out += fmt::format("\nTTFT (prefill of batch {} x prompt {})      {}\n", e.in.batch, e.in.prompt, human_time(e.ttft_s));
+  out += fmt::format("per-token latency (decode at context {})  {}  ({:.1f} tokens/s across the batch)\n", e.in.context,
+                     human_time(e.per_token_s), e.per_token_s > 0 ? e.in.batch / e.per_token_s : 0.0);
+  out += fmt::format("KV cache: {} per token, {} for batch {} at context {}\n",
+                     human_bytes(static_cast<double>(e.kv_bytes_per_token)), human_bytes(static_cast<double>(e.kv_cache_bytes)),
+                     e.in.batch, e.in.context);
+  if (e.max_batch == 0)
+    out += fmt::format("largest batch that fits at context {}: none (weights alone exceed {} of memory)\n", e.in.context,
+                       human_bytes(static_cast<double>(e.gpu.memory_bytes)));
+  else
+    out += fmt::format("largest batch that fits at context {}: {} (weights + KV cache in {}; activations and workspace not counted)\n",
+                       e.in.context, e.max_batch, human_bytes(static_cast<double>(e.gpu.memory_bytes)));
+
+  // What the simple 12*h^2 weights-only model leaves out, on the same h, layers and step.
+  const auto s = simple_estimate(m.hidden, m.layers, e.in.batch, e.in.prompt, e.in.dtype);
+  const auto simple_decode_flops = s.decode_flops;
+  out += fmt::format("\nvs the simple 12*h^2 weights-only model (same h, layers, batch, prompt):\n");
+  out += fmt::format("  {:<34} {:>16} {:>16}\n", "", "simple", "this model");
+  auto row = [&](const std::string& what, double a, double b, const char* unit) {
+    out += fmt::format("  {:<34} {:>13.3f} {:<2} {:>13.3f} {:<2}\n", what, a, unit, b, unit);
+  };
+  row("parameters per layer (M)", s.params_per_layer / 1e6, layer_parameter_count(m) / 1e6, "");
+  row("parameters in total (B)", s.params_per_layer * s.layers / 1e9, e.params / 1e9, "");
+  row("prefill GFLOPs", s.prefill_flops / 1e9, e.prefill.total.flops / 1e9, "");
+  row("prefill bytes (GB)", s.weight_bytes / 1e9, e.prefill.total.bytes.total() / 1e9, "");
+  row("decode GFLOPs", simple_decode_flops / 1e9, e.decode.total.flops / 1e9, "");
+  row("decode bytes (GB)", s.weight_bytes / 1e9, e.decode.total.bytes.total() / 1e9, "");
+  row("decode intensity (FLOP/byte)", s.decode_intensity, e.decode.total.intensity(), "");
+  out += "  left out by the simple model:\n";
+  out += fmt::format("    GQA: k/v projections are {} of {} heads (simple assumes 4h^2 attention weights)\n", m.kv_heads, m.heads);
+  out += fmt::format("    MLP of 3*h*I = {:.1f} M per layer (simple assumes 8h^2 = {:.1f} M)\n",
+                     3.0 * m.hidden * m.intermediate / 1e6, 8.0 * m.hidden * m.hidden / 1e6);
+  out += fmt::format("    embedding + vocabulary projection: {:.3f} B parameters\n",
+                     (m.tie_word_embeddings ? 1.0 : 2.0) * m.vocab * m.hidden / 1e9);
+  out += fmt::format("    activation traffic: prefill {}, decode {}\n",
+                     human_bytes(static_cast<double>(e.prefill.total.bytes.activations + e.prefill.total.bytes.writes)),
+                     human_bytes(static_cast<double>(e.decode.total.bytes.activations + e.decode.total.bytes.writes)));
+  out += fmt::format("    KV-cache reads in decode: {}; attention FLOPs in prefill: {:.2f} GFLOPs\n",
+                     human_bytes(static_cast<double>(e.decode.total.bytes.kv_cache)),
+                     [&] {
+                       double f = 0;
+                       for (const auto& o : e.prefill.ops)
+                         if (o.op.kind == OpKind::prefill_attention) f += static_cast<double>(o.op.cost.flops * o.op.count);
+                       return f / 1e9;
+                     }());
+  out += "notes: FLOPs exclude softmax, RoPE and norms (their bytes count); times are roofline predictions summed per op.\n";
+  return out;
+}
+
+}  // namespace phasebench

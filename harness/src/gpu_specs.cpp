@@ -1,0 +1,102 @@
+#include "phasebench/gpu_specs.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+#include "phasebench/error.hpp"
+#include "phasebench/json_file.hpp"
+
+#ifndef PHASEBENCH_SOURCE_DATA_DIR
+#define PHASEBENCH_SOURCE_DATA_DIR "harness/data"
+#endif
+
+namespace phasebench {
+
+std::string data_dir() {
+  if (const char* env = std::getenv("PHASEBENCH_DATA_DIR"); env && *env) return env;
+  return PHASEBENCH_SOURCE_DATA_DIR;
+}
+
+namespace {
+std::string lower_trim(std::string s) {
+  auto not_space = [](unsigned char ch) { return !std::isspace(ch); };
+  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return s;
+}
+}  // namespace
+
+Ceilings GpuSpec::ceilings() const {
+  Ceilings c;
+  const std::string doc = "datasheet: " + name + (sources.empty() ? "" : " (" + sources + ")");
+  for (const auto& [t, tf] : peak_tflops) c.add_compute(t, Ceiling{tf * 1e12, CeilingSource::datasheet, doc});
+  if (memory_bandwidth_gbps > 0) c.add_bandwidth(Ceiling{memory_bandwidth_gbps * 1e9, CeilingSource::datasheet, doc});
+  return c;
+}
+
+GpuTable GpuTable::load(const std::string& path_in) {
+  const std::string path = path_in.empty() ? data_dir() + "/gpus.json" : path_in;
+  const auto j = read_json_file(path, "GPU spec table");
+  GpuTable t;
+  if (!j.contains("gpus") || !j.at("gpus").is_array()) throw InputError("GPU spec table '" + path + "': no \"gpus\" array");
+  for (const auto& g : j.at("gpus")) {
+    const std::string origin = "GPU spec table '" + path + "' entry " + g.value("key", std::string("?"));
+    GpuSpec s;
+    try {
+      s.key = require_string(g, "key", origin);
+      s.name = require_string(g, "name", origin);
+      s.driver_names = g.value("driver_names", std::vector<std::string>{});
+      s.architecture = g.value("architecture", std::string{});
+      s.compute_capability = g.value("compute_capability", std::string{});
+      s.sm_count = g.value("sm_count", 0);
+      s.boost_clock_mhz = g.value("boost_clock_mhz", 0);
+      s.memory_bytes = require_positive(g, "memory_bytes", origin);
+      s.memory_type = g.value("memory_type", std::string{});
+      s.memory_bandwidth_gbps = g.at("memory_bandwidth_gbps").get<double>();
+      s.memory_bus_width_bits = g.value("memory_bus_width_bits", 0);
+      s.l2_bytes = g.value("l2_bytes", std::uint64_t{0});
+      for (const auto& [k, v] : g.at("peak_tflops_dense").items()) {
+        if (k == "fp64") continue;
+        s.peak_tflops[parse_dtype(k)] = v.get<double>();
+      }
+      if (g.contains("sources"))
+        for (const auto& src : g.at("sources")) {
+          if (!s.sources.empty()) s.sources += "; ";
+          s.sources += src.value("document", std::string{});
+        }
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(origin + ": " + e.what());
+    }
+    t.gpus_.push_back(std::move(s));
+  }
+  return t;
+}
+
+std::optional<GpuSpec> GpuTable::find(const std::string& name) const {
+  const auto n = lower_trim(name);
+  for (const auto& g : gpus_) {
+    if (lower_trim(g.key) == n || lower_trim(g.name) == n) return g;
+    for (const auto& d : g.driver_names)
+      if (lower_trim(d) == n) return g;
+  }
+  return std::nullopt;
+}
+
+GpuSpec GpuTable::get(const std::string& name) const {
+  if (auto g = find(name)) return *g;
+  std::string known;
+  for (const auto& g : gpus_) known += (known.empty() ? "" : ", ") + g.key;
+  throw InputError("unknown GPU '" + name + "'; known GPUs: " + known + " (or add it to " + data_dir() + "/gpus.json)");
+}
+
+std::optional<GpuSpec> GpuTable::match_driver_name(const std::string& driver_name) const {
+  const auto n = lower_trim(driver_name);
+  for (const auto& g : gpus_)
+    for (const auto& d : g.driver_names)
+      if (lower_trim(d) == n) return g;
+  return std::nullopt;
+}
+
+}  // namespace phasebench

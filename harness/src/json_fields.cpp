@@ -1,0 +1,48 @@
+#include "phasebench/json_fields.hpp"
+
+#include <cmath>
+
+namespace phasebench {
+
+nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json bytes_json(const Bytes& b) {
+  return {{"weights", b.weights},         {"kv_cache", b.kv_cache}, {"activations", b.activations},
+          {"block_table", b.block_table}, {"writes", b.writes},     {"total", b.total()}};
+}
+
+nlohmann::json cost_json(const OpCost& c) {
+  return {{"flops", c.flops}, {"bytes", bytes_json(c.bytes)}, {"intensity", finite_or_null(c.intensity())}};
+}
+
+nlohmann::json shape_json(const LayerOp& op) {
+  switch (op.kind) {
+    case OpKind::linear: return {{"M", op.linear.M}, {"N", op.linear.N}, {"K", op.linear.K}};
+    case OpKind::decode_attention:
+    case OpKind::decode_attention_paged:
+      return {{"B", op.attention.B}, {"Hq", op.attention.Hq}, {"Hkv", op.attention.Hkv}, {"L", op.attention.L}, {"D", op.attention.D}};
+    case OpKind::prefill_attention:
+      return {{"B", op.prefill.B}, {"Hq", op.prefill.Hq}, {"Hkv", op.prefill.Hkv}, {"S", op.prefill.S}, {"D", op.prefill.D}};
+    case OpKind::kv_append:
+    case OpKind::kv_append_paged:
+      return {{"B", op.append.B}, {"S", op.append.S}, {"Hkv", op.append.Hkv}, {"D", op.append.D}};
+    case OpKind::elementwise: return nlohmann::json::object();
+  }
+  return nlohmann::json::object();
+}
+
+nlohmann::json ceilings_json(const Ceilings& c) {
+  nlohmann::json compute = nlohmann::json::object();
+  for (const auto& [t, v] : c.compute()) {
+    auto& arr = compute[std::string(to_string(t))];
+    arr = nlohmann::json::array();
+    for (const auto& x : v)
+      arr.push_back({{"flops_per_s", finite_or_null(x.value)}, {"source", to_string(x.source)}, {"method", x.method}});
+  }
+  nlohmann::json bw = nlohmann::json::array();
+  for (const auto& x : c.bandwidth())
+    bw.push_back({{"bytes_per_s", finite_or_null(x.value)}, {"source", to_string(x.source)}, {"method", x.method}});
+  return {{"compute", compute}, {"bandwidth", bw}};
+}
+
+}  // namespace phasebench

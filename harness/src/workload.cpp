@@ -1,0 +1,143 @@
+#include "phasebench/workload.hpp"
+
+#include "phasebench/checked.hpp"
+
+namespace phasebench {
+
+std::uint64_t Bytes::reads() const {
+  return add(add(add(weights, kv_cache, "bytes"), activations, "bytes"), block_table, "bytes");
+}
+std::uint64_t Bytes::total() const { return add(reads(), writes, "bytes"); }
+
+Bytes& Bytes::operator+=(const Bytes& o) {
+  weights = add(weights, o.weights, "bytes");
+  kv_cache = add(kv_cache, o.kv_cache, "bytes");
+  activations = add(activations, o.activations, "bytes");
+  block_table = add(block_table, o.block_table, "bytes");
+  writes = add(writes, o.writes, "bytes");
+  return *this;
+}
+
+Bytes Bytes::scaled(std::uint64_t n) const {
+  Bytes b;
+  b.weights = mul(weights, n, "bytes");
+  b.kv_cache = mul(kv_cache, n, "bytes");
+  b.activations = mul(activations, n, "bytes");
+  b.block_table = mul(block_table, n, "bytes");
+  b.writes = mul(writes, n, "bytes");
+  return b;
+}
+
+std::string_view to_string(OpKind k) {
+  switch (k) {
+    case OpKind::linear: return "linear";
+    case OpKind::decode_attention: return "decode_attention";
+    case OpKind::decode_attention_paged: return "decode_attention_paged";
+    case OpKind::prefill_attention: return "prefill_attention";
+    case OpKind::kv_append: return "kv_append";
+    case OpKind::kv_append_paged: return "kv_append_paged";
+    case OpKind::elementwise: return "elementwise";
+  }
+  return "?";
+}
+
+double OpCost::intensity() const {
+  const auto t = bytes.total();
+  return t == 0 ? 0.0 : static_cast<double>(flops) / static_cast<double>(t);
+}
+
+OpCost& OpCost::operator+=(const OpCost& o) {
+  flops = add(flops, o.flops, "FLOPs");
+  bytes += o.bytes;
+  return *this;
+}
+
+OpCost OpCost::scaled(std::uint64_t n) const {
+  OpCost c;
+  c.flops = mul(flops, n, "FLOPs");
+  c.bytes = bytes.scaled(n);
+  return c;
+}
+
+OpCost linear_cost(const LinearShape& s, std::uint64_t w, std::uint64_t a_in, std::uint64_t a_out) {
+  OpCost c;
+  c.flops = mul({2, s.M, s.N, s.K}, "linear FLOPs");
+  c.bytes.weights = mul({w, s.N, s.K}, "linear weight bytes");
+  c.bytes.activations = mul({a_in, s.M, s.K}, "linear input bytes");
+  c.bytes.writes = mul({a_out, s.M, s.N}, "linear output bytes");
+  return c;
+}
+
+OpCost decode_attention_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a) {
+  OpCost r;
+  r.flops = mul({4, s.B, s.Hq, s.L, s.D}, "decode attention FLOPs");
+  r.bytes.kv_cache = mul({c, 2, s.B, s.Hkv, s.L, s.D}, "KV-cache bytes");
+  // Queries read and outputs written: a*B*Hq*D each (together a*2*B*Hq*D).
+  r.bytes.activations = mul({a, s.B, s.Hq, s.D}, "query bytes");
+  r.bytes.writes = mul({a, s.B, s.Hq, s.D}, "attention output bytes");
+  return r;
+}
+
+std::uint64_t pages_per_sequence(std::uint64_t L, std::uint64_t page_size) {
+  if (page_size == 0) throw InputError("page size must be a positive integer");
+  return L / page_size + (L % page_size != 0 ? 1 : 0);
+}
+
+OpCost decode_attention_paged_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a, std::uint64_t page_size) {
+  OpCost r = decode_attention_cost(s, c, a);
+  r.bytes.block_table = mul({4, s.B, pages_per_sequence(s.L, page_size)}, "block-table bytes");
+  return r;
+}
+
+OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a) {
+  OpCost r;
+  // Causal: query i attends to i+1 keys, sum = S(S+1)/2; QK^T and PV each 2 FLOPs
+  // per (query, key, d): 4 * B*Hq*D * S(S+1)/2 = 2*B*Hq*D*S*(S+1).
+  r.flops = mul({2, s.B, s.Hq, s.D, s.S, s.S + 1}, "prefill attention FLOPs");
+  r.bytes.activations = mul({a, s.B, s.S, s.D, s.Hq + 2 * s.Hkv}, "prefill attention input bytes");
+  r.bytes.writes = mul({a, s.B, s.S, s.D, s.Hq}, "prefill attention output bytes");
+  return r;
+}
+
+OpCost kv_append_cost(const KvAppendShape& s, std::uint64_t a, std::uint64_t c) {
+  OpCost r;
+  r.bytes.activations = mul({a, 2, s.B, s.S, s.Hkv, s.D}, "KV append read bytes");
+  r.bytes.writes = mul({c, 2, s.B, s.S, s.Hkv, s.D}, "KV append write bytes");
+  return r;
+}
+
+OpCost kv_append_paged_cost(const KvAppendShape& s, std::uint64_t a, std::uint64_t c) {
+  OpCost r = kv_append_cost(s, a, c);
+  r.bytes.block_table = mul({4, s.B, s.S}, "block-table bytes");
+  return r;
+}
+
+OpCost elementwise_cost(std::uint64_t read_bytes, std::uint64_t weight_bytes, std::uint64_t write_bytes) {
+  OpCost r;
+  r.bytes.activations = read_bytes;
+  r.bytes.weights = weight_bytes;
+  r.bytes.writes = write_bytes;
+  return r;
+}
+
+OpCost rmsnorm_cost(std::uint64_t M, std::uint64_t h, std::uint64_t a, std::uint64_t w) {
+  const auto act = mul({a, M, h}, "norm bytes");
+  return elementwise_cost(act, mul(w, h, "norm bytes"), act);
+}
+
+OpCost rope_cost(std::uint64_t M, std::uint64_t Hq, std::uint64_t Hkv, std::uint64_t D, std::uint64_t a) {
+  // Rotates q and k in place; cos/sin are computed on the fly (no table traffic).
+  const auto b = mul({a, M, Hq + Hkv, D}, "RoPE bytes");
+  return elementwise_cost(b, 0, b);
+}
+
+OpCost gated_activation_cost(std::uint64_t M, std::uint64_t I, std::uint64_t a) {
+  return elementwise_cost(mul({a, M, 2, I}, "activation bytes"), 0, mul({a, M, I}, "activation bytes"));
+}
+
+std::uint64_t kv_cache_bytes(std::uint64_t layers, std::uint64_t Hkv, std::uint64_t D, std::uint64_t context,
+                             std::uint64_t batch, std::uint64_t c) {
+  return mul({2, layers, Hkv, D, context, batch, c}, "KV-cache size");
+}
+
+}  // namespace phasebench

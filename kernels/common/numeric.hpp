@@ -1,0 +1,129 @@
+#pragma once
+// Element conversions and the deterministic random fill, shared by host and
+// device code (no CUDA types: PB_HD expands to __host__ __device__ under nvcc).
+// Conversions round to nearest even, bit-exact on both sides, so a host can
+// regenerate exactly what a device filled.
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define PB_HD __host__ __device__ __forceinline__
+#else
+#define PB_HD inline
+#endif
+
+namespace phasebench::numeric {
+
+PB_HD std::uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+PB_HD float bits_float(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+PB_HD float bf16_to_float(std::uint16_t b) { return bits_float(static_cast<std::uint32_t>(b) << 16); }
+
+PB_HD std::uint16_t float_to_bf16(float f) {
+  std::uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+PB_HD float fp16_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t man = h & 0x3ffu;
+  if (exp == 0) {
+    if (man == 0) return bits_float(sign);
+    // subnormal: value = man * 2^-24
+    float v = static_cast<float>(man) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  if (exp == 31) return bits_float(sign | 0x7f800000u | (man << 13));
+  return bits_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+PB_HD std::uint16_t float_to_fp16(float f) {
+  const std::uint32_t u = float_bits(f);
+  const std::uint16_t sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  const std::uint32_t au = u & 0x7fffffffu;
+  if (au > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);
+  if (au >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
+  if (au < 0x38800000u) {                                                   // subnormal or zero in fp16
+    const float a = bits_float(au);
+    // value in units of 2^-24, rounded to nearest even
+    const float scaled = a * 16777216.0f;
+    std::uint32_t q = static_cast<std::uint32_t>(scaled);
+    const float rem = scaled - static_cast<float>(q);
+    if (rem > 0.5f || (rem == 0.5f && (q & 1u))) ++q;
+    return static_cast<std::uint16_t>(sign | q);
+  }
+  std::uint32_t r = au + 0xfffu + ((au >> 13) & 1u);  // round mantissa to 10 bits
+  r -= 0x38000000u;                                   // rebias 127 -> 15
+  return static_cast<std::uint16_t>(sign | (r >> 13));
+}
+
+// fp8 e4m3 (OCP "fn" variant: no infinities, max 448).
+PB_HD float fp8e4m3_to_float(std::uint8_t v) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(v & 0x80u) << 24;
+  const std::uint32_t exp = (v >> 3) & 0xfu;
+  const std::uint32_t man = v & 0x7u;
+  if (exp == 0xf && man == 0x7) return bits_float(sign | 0x7fc00000u);
+  if (exp == 0) {
+    float x = static_cast<float>(man) * 0.001953125f;  // man * 2^-9
+    return sign ? -x : x;
+  }
+  return bits_float(sign | ((exp + 120u) << 23) | (man << 20));
+}
+
+PB_HD std::uint8_t float_to_fp8e4m3(float f) {
+  // Exhaustive nearest search over the 127 magnitudes; only used to fill test data.
+  const std::uint32_t u = float_bits(f);
+  const std::uint8_t sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
+  const float a = bits_float(u & 0x7fffffffu);
+  std::uint8_t best = 0;
+  float best_err = 3.4e38f;
+  for (std::uint8_t m = 0; m < 0x7f; ++m) {
+    const float e = fp8e4m3_to_float(m) - a;
+    const float err = e < 0 ? -e : e;
+    if (err < best_err || (err == best_err && (m & 1u) == 0)) {
+      best_err = err;
+      best = m;
+    }
+  }
+  return static_cast<std::uint8_t>(sign | best);
+}
+
+// splitmix64: a counter-based hash, so any element can be generated on its own.
+PB_HD std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Random non-zero value for element `i` of the buffer seeded `seed`:
+// magnitude uniform in [0.25, 1), random sign, times `scale`. Non-zero so that
+// a kernel that skips an input cannot match the reference by accident.
+PB_HD float random_value(std::uint64_t seed, std::uint64_t i, float scale) {
+  const std::uint64_t h = mix64(seed * 0x100000001b3ull ^ mix64(i));
+  const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0,1)
+  const float mag = 0.25f + 0.75f * u;
+  return ((h & 1u) ? -mag : mag) * scale;
+}
+
+}  // namespace phasebench::numeric

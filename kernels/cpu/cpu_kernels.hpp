@@ -1,0 +1,47 @@
+#pragma once
+// The CPU backend's own kernels: multi-threaded (OpenMP) loops written to
+// stream memory (contiguous, vectorisable inner loops, each input byte read
+// once). Layouts are the same as the CUDA kernels' (DESIGN.md, kernels/backend.hpp).
+#include <cstdint>
+
+#include "phasebench/dtype.hpp"
+
+namespace phasebench::cpu {
+
+// Largest batch (rows of X) the own GEMV handles in one pass over W.
+inline constexpr std::uint64_t kMaxGemvBatch = 16;
+
+// Y[M,N] = X[M,K] W^T for M <= kMaxGemvBatch; X, W, Y stored as `t` (fp32, bf16
+// or fp16), fp32 accumulation. Every weight byte is read once per call.
+void decode_gemv(const void* X, const void* W, void* Y, std::uint64_t M, std::uint64_t N, std::uint64_t K, DType t);
+
+// Decode attention, one query token per sequence. q, out: [B, Hq, D].
+// Contiguous: k, v: [B, Hkv, L, D]. Paged: k, v pools [pages, Hkv, P, D] and
+// block_table [B, pages_per_seq] (int32 page ids). Element type `t`.
+struct DecodeAttentionArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  const std::int32_t* block_table = nullptr;  // null: contiguous cache
+  std::uint64_t B = 0, Hq = 0, Hkv = 0, L = 0, D = 0;
+  std::uint64_t page_size = 0, pages_per_seq = 0;
+  DType t = DType::fp32;
+};
+void decode_attention(const DecodeAttentionArgs& a);
+
+// KV append: new_k, new_v [B, S, Hkv, D] written to positions pos..pos+S-1.
+// Contiguous cache [B, Hkv, capacity, D]; paged pools as above.
+struct KvAppendArgs {
+  const void* new_k = nullptr;
+  const void* new_v = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  const std::int32_t* block_table = nullptr;  // null: contiguous cache
+  std::uint64_t B = 0, S = 0, Hkv = 0, D = 0, pos = 0, capacity = 0;
+  std::uint64_t page_size = 0, pages_per_seq = 0;
+  std::uint64_t element_bytes = 4;
+};
+void kv_append(const KvAppendArgs& a);
+
+}  // namespace phasebench::cpu

@@ -1,0 +1,87 @@
+// Decode GEMV on the CPU: Y[M,N] = X[M,K] W^T for small M (decode batch).
+// Memory-bound at small M: the threads split W's rows so each weight row is
+// streamed from memory exactly once; the M dot products against it then hit L1/L2.
+#include <omp.h>
+
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "common/numeric.hpp"
+#include "cpu/cpu_kernels.hpp"
+#include "phasebench/error.hpp"
+
+namespace phasebench::cpu {
+
+namespace {
+
+inline float load(const float* p, std::uint64_t i) { return p[i]; }
+inline float load_bf16(const std::uint16_t* p, std::uint64_t i) {
+  return numeric::bits_float(static_cast<std::uint32_t>(p[i]) << 16);
+}
+
+// One row of W against M rows of X (already in fp32), K elements.
+template <class WLoad, class WT>
+void rows(const float* Xf, const WT* W, float* acc_out, std::uint64_t M, std::uint64_t n0, std::uint64_t n1,
+          std::uint64_t K, WLoad wload) {
+  for (std::uint64_t n = n0; n < n1; ++n) {
+    const WT* w = W + n * K;
+    for (std::uint64_t m = 0; m < M; ++m) {
+      const float* x = Xf + m * K;
+      float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+      for (std::uint64_t k = 0; k < K; ++k) acc += wload(w, k) * x[k];
+      acc_out[m * (n1 - n0) + (n - n0)] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+void decode_gemv(const void* X, const void* W, void* Y, std::uint64_t M, std::uint64_t N, std::uint64_t K, DType t) {
+  if (M == 0 || M > kMaxGemvBatch) throw Unsupported("CPU decode GEMV handles batch 1 to 16");
+  // X is tiny (M x K): decode it to fp32 once, shared by all threads.
+  std::vector<float> Xf(M * K);
+  if (t == DType::fp32) {
+    std::memcpy(Xf.data(), X, M * K * sizeof(float));
+  } else if (t == DType::bf16) {
+    for (std::uint64_t i = 0; i < M * K; ++i) Xf[i] = numeric::bf16_to_float(static_cast<const std::uint16_t*>(X)[i]);
+  } else if (t == DType::fp16) {
+    for (std::uint64_t i = 0; i < M * K; ++i) Xf[i] = numeric::fp16_to_float(static_cast<const std::uint16_t*>(X)[i]);
+  } else {
+    throw Unsupported("CPU decode GEMV supports fp32, bf16 and fp16");
+  }
+  // Blocks of rows, handed out dynamically; each block writes its own slice of Y.
+  constexpr std::uint64_t kRowsPerBlock = 64;
+  const std::uint64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+#pragma omp parallel
+  {
+    std::array<float, kMaxGemvBatch * kRowsPerBlock> acc{};
+#pragma omp for schedule(dynamic, 4)
+    for (std::uint64_t blk = 0; blk < blocks; ++blk) {
+      const std::uint64_t n0 = blk * kRowsPerBlock, n1 = std::min(N, n0 + kRowsPerBlock), nr = n1 - n0;
+      if (t == DType::fp32)
+        rows(Xf.data(), static_cast<const float*>(W), acc.data(), M, n0, n1, K,
+             [](const float* p, std::uint64_t i) { return load(p, i); });
+      else if (t == DType::bf16)
+        rows(Xf.data(), static_cast<const std::uint16_t*>(W), acc.data(), M, n0, n1, K,
+             [](const std::uint16_t* p, std::uint64_t i) { return load_bf16(p, i); });
+      else
+        rows(Xf.data(), static_cast<const std::uint16_t*>(W), acc.data(), M, n0, n1, K,
+             [](const std::uint16_t* p, std::uint64_t i) { return numeric::fp16_to_float(p[i]); });
+      for (std::uint64_t m = 0; m < M; ++m)
+        for (std::uint64_t j = 0; j < nr; ++j) {
+          const float v = acc[m * nr + j];
+          const std::uint64_t o = m * N + n0 + j;
+          if (t == DType::fp32)
+            static_cast<float*>(Y)[o] = v;
+          else if (t == DType::bf16)
+            static_cast<std::uint16_t*>(Y)[o] = numeric::float_to_bf16(v);
+          else
+            static_cast<std::uint16_t*>(Y)[o] = numeric::float_to_fp16(v);
+        }
+    }
+  }
+}
+
+}  // namespace phasebench::cpu

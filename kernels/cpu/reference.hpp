@@ -1,0 +1,50 @@
+#pragma once
+// Plain CPU references, written for clarity, not speed: every kernel of every
+// backend is checked against these on random data before it is timed. Inputs
+// are floats already decoded from their storage type; accumulation is double.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "phasebench/dtype.hpp"
+
+namespace phasebench::reference {
+
+// Decode a buffer of `n` elements stored as `t` into floats.
+std::vector<float> to_float(const void* data, DType t, std::size_t n);
+// Encode floats into storage type `t` (round to nearest even).
+void from_float(const float* in, DType t, std::size_t n, void* out);
+// Round a float through storage type `t` and back.
+float round_to(float v, DType t);
+// Fill `n` elements of storage type `t` with numeric::random_value(seed, i, scale).
+void fill_random(void* data, DType t, std::size_t n, std::uint64_t seed, float scale);
+
+// Y[m,n] of Y = X W^T (X is M x K, W is N x K, row-major). Returns the value
+// and, in *abs_sum, sum |x*w| for the tolerance.
+double linear_element(const float* X, const float* W, std::size_t K, std::size_t m, std::size_t n, double* abs_sum);
+
+// One query head of decode attention: out[D] = softmax(q.K^T * scale) V over
+// L keys; key(l) and value(l) return pointers to the D floats of token l.
+void decode_attention_head(const float* q, std::size_t L, std::size_t D, float scale,
+                           const std::function<const float*(std::size_t)>& key,
+                           const std::function<const float*(std::size_t)>& value, float* out);
+
+// Causal attention for query position i (0-based) of a prompt: attends keys 0..i.
+void prefill_attention_row(const float* q, std::size_t i, std::size_t D, float scale,
+                           const std::function<const float*(std::size_t)>& key,
+                           const std::function<const float*(std::size_t)>& value, float* out);
+
+// Tolerances for comparing an output stored as `t`: |got - want| <= atol + rtol*|want|.
+struct Tolerance {
+  double atol = 0, rtol = 0;
+};
+Tolerance tolerance_for(DType out_type);
+
+// Throws VerificationError naming `what`, the first bad index and both values
+// when any element is out of tolerance; `scale[i]` (optional) multiplies atol
+// per element (e.g. the sum of |x*w| of a dot product).
+void check_close(const std::vector<float>& got, const std::vector<double>& want, Tolerance tol, const std::string& what,
+                 const std::vector<double>* scale = nullptr);
+
+}  // namespace phasebench::reference

@@ -1,0 +1,110 @@
+#include "cuda/cuda_common.hpp"
+
+#include <stdexcept>
+
+#include "common/numeric.hpp"
+#include "cpu/reference.hpp"
+
+namespace phasebench::cuda {
+
+void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line) {
+  throw std::runtime_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
+                           cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+void throw_cublas_error(cublasStatus_t s, const char* call, const char* file, int line) {
+  throw std::runtime_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
+                           cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")");
+}
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  PB_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) cudaFree(ptr_);  // no throw from a destructor; a failure here has no remedy
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+  o.ptr_ = nullptr;
+  o.bytes_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+namespace {
+
+template <class T, class Encode>
+__global__ void fill_kernel(T* out, std::size_t n, std::uint64_t seed, float scale, Encode encode) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    out[i] = encode(numeric::random_value(seed, i, scale));
+}
+
+struct EncodeF32 {
+  __device__ float operator()(float v) const { return v; }
+};
+struct EncodeBF16 {
+  __device__ std::uint16_t operator()(float v) const { return numeric::float_to_bf16(v); }
+};
+struct EncodeF16 {
+  __device__ std::uint16_t operator()(float v) const { return numeric::float_to_fp16(v); }
+};
+struct EncodeF8 {
+  __device__ std::uint8_t operator()(float v) const { return numeric::float_to_fp8e4m3(v); }
+};
+
+}  // namespace
+
+void fill_random(void* data, DType t, std::size_t n, std::uint64_t seed, float scale, cudaStream_t stream) {
+  if (n == 0) return;
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<std::size_t>((n + threads - 1) / threads, 65535u * 4));
+  switch (t) {
+    case DType::fp32:
+    case DType::tf32:
+      fill_kernel<<<blocks, threads, 0, stream>>>(static_cast<float*>(data), n, seed, scale, EncodeF32{});
+      break;
+    case DType::bf16:
+      fill_kernel<<<blocks, threads, 0, stream>>>(static_cast<std::uint16_t*>(data), n, seed, scale, EncodeBF16{});
+      break;
+    case DType::fp16:
+      fill_kernel<<<blocks, threads, 0, stream>>>(static_cast<std::uint16_t*>(data), n, seed, scale, EncodeF16{});
+      break;
+    case DType::fp8:
+      fill_kernel<<<blocks, threads, 0, stream>>>(static_cast<std::uint8_t*>(data), n, seed, scale, EncodeF8{});
+      break;
+    case DType::int8: throw std::runtime_error("fill_random: int8 is not supported on the CUDA backend");
+  }
+  PB_CUDA_CHECK_LAUNCH("fill_kernel");
+}
+
+std::vector<float> download_as_float(const void* data, DType t, std::size_t n, cudaStream_t stream) {
+  std::vector<unsigned char> raw(n * element_bytes(t));
+  PB_CUDA_CHECK(cudaMemcpyAsync(raw.data(), data, raw.size(), cudaMemcpyDeviceToHost, stream));
+  PB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return reference::to_float(raw.data(), t, n);
+}
+
+void upload(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+  PB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+  PB_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+std::size_t Context::free_bytes() const {
+  std::size_t free_b = 0, total_b = 0;
+  PB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return free_b;
+}
+
+}  // namespace phasebench::cuda

@@ -1,0 +1,85 @@
+#pragma once
+// Shared CUDA plumbing for the CUDA backend's operations: error checking that
+// names the failing call, RAII device buffers, the deterministic random fill
+// (same values as the host's reference::fill_random), and the context every
+// prepared op runs on (stream, cuBLAS/cuBLASLt handles bound to it, workspace).
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "phasebench/dtype.hpp"
+
+namespace phasebench::cuda {
+
+// Throws std::runtime_error("<call> failed at file:line: <error string>").
+void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line);
+void throw_cublas_error(cublasStatus_t s, const char* call, const char* file, int line);
+
+#define PB_CUDA_CHECK(call)                                                                  \
+  do {                                                                                       \
+    cudaError_t pb_err_ = (call);                                                            \
+    if (pb_err_ != cudaSuccess) ::phasebench::cuda::throw_cuda_error(pb_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define PB_CUBLAS_CHECK(call)                                                                \
+  do {                                                                                       \
+    cublasStatus_t pb_st_ = (call);                                                          \
+    if (pb_st_ != CUBLAS_STATUS_SUCCESS) ::phasebench::cuda::throw_cublas_error(pb_st_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// Checks the last kernel launch (configuration errors) without synchronising.
+#define PB_CUDA_CHECK_LAUNCH(name) PB_CUDA_CHECK(cudaGetLastError())
+
+// Device memory, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// Fill `n` elements of type `t` with numeric::random_value(seed, i, scale),
+// bit-identical to reference::fill_random on the host.
+void fill_random(void* data, DType t, std::size_t n, std::uint64_t seed, float scale, cudaStream_t stream);
+// Copy `n` elements of type `t` from the device and decode them to floats.
+std::vector<float> download_as_float(const void* data, DType t, std::size_t n, cudaStream_t stream);
+void upload(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
+
+// Everything a prepared op needs to run: the backend's stream, the cuBLAS and
+// cuBLASLt handles bound to it, a cuBLASLt workspace, and device facts.
+struct Context {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublaslt = nullptr;
+  DeviceBuffer workspace;  // cuBLASLt workspace
+  int device = 0;
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  std::size_t free_bytes() const;  // device memory free now
+};
+
+// Factory for the KV-cache and attention operations (decode attention
+// contiguous/paged, KV append contiguous/paged, prefill attention); defined in
+// attention_ops.cu. The CUDA backend's prepare() calls it for those kinds.
+std::unique_ptr<PreparedOp> make_attention_op(Context& ctx, const OpRequest& r);
+bool attention_op_implemented(OpKind kind, DType dtype, Impl impl);
+
+}  // namespace phasebench::cuda
