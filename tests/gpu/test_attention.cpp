@@ -1,0 +1,307 @@
+// Decode attention (contiguous, paged, split-KV) and prefill attention (flash
+// kernel, cuBLAS path) against the CPU reference, through make_attention_op.
+// Skipped, with the reason, where no CUDA device is present; the split
+// heuristics and the capability table are host-only and always run.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cpu/reference.hpp"
+#include "cuda/attention_ops.hpp"
+#include "cuda/cuda_common.hpp"
+#include "cuda/decode_attention.hpp"
+#include "cuda/prefill_attention.hpp"
+#include "gpu_test_util.hpp"
+#include "phasebench/error.hpp"
+
+namespace phasebench {
+namespace {
+
+using cuda::AttentionOpAccess;
+
+OpRequest decode_request(bool paged, DType dt, std::uint64_t B, std::uint64_t Hq, std::uint64_t Hkv, std::uint64_t L,
+                         std::uint64_t D, std::uint64_t page_size = 16, std::uint64_t splits = 0) {
+  OpRequest r;
+  r.kind = paged ? OpKind::decode_attention_paged : OpKind::decode_attention;
+  r.dtype = dt;
+  r.impl = Impl::own;
+  r.attention = {B, Hq, Hkv, L, D};
+  r.page_size = page_size;
+  r.splits = splits;
+  r.seed = 1234 + B * 7 + L;
+  return r;
+}
+
+OpRequest prefill_request(Impl impl, DType dt, std::uint64_t B, std::uint64_t S, std::uint64_t Hq, std::uint64_t Hkv,
+                          std::uint64_t D) {
+  OpRequest r;
+  r.kind = OpKind::prefill_attention;
+  r.dtype = dt;
+  r.impl = impl;
+  r.prefill = {B, Hq, Hkv, S, D};
+  r.seed = 99 + S;
+  return r;
+}
+
+AttentionOpAccess& access(PreparedOp& op) {
+  auto* a = dynamic_cast<AttentionOpAccess*>(&op);
+  if (!a) throw std::logic_error("op does not implement AttentionOpAccess");
+  return *a;
+}
+
+// ---- host-only: heuristics and the capability table ---------------------------
+
+TEST(DecodeSplits, HeuristicFillsTwoWavesWithChunksOfAtLeast256Tokens) {
+  // B=1, 8 kv heads, 32k context on 132 SMs with 4 CTAs each: 2 waves = 1056 CTAs
+  // wanted, 132 splits, but chunks of >= 256 tokens allow 128.
+  const int s = cuda::choose_decode_splits(1, 8, 1, 32768, 16, 132, 4);
+  EXPECT_EQ(s, 128);
+  EXPECT_EQ(cuda::decode_split_chunk(32768, s, 16), 256);
+  // Enough CTAs already: no split.
+  EXPECT_EQ(cuda::choose_decode_splits(256, 8, 1, 32768, 16, 132, 4), 1);
+  // Short contexts are never split.
+  EXPECT_EQ(cuda::choose_decode_splits(1, 1, 1, 300, 16, 132, 4), 1);
+  // Chunks are aligned to the page size and tile the context exactly.
+  for (int L : {1000, 4097, 32768, 12345}) {
+    for (int align : {16, 48, 64}) {
+      const int splits = cuda::choose_decode_splits(2, 4, 1, L, align, 132, 3);
+      const int chunk = cuda::decode_split_chunk(L, splits, align);
+      EXPECT_EQ(chunk % align, 0);
+      EXPECT_GE(static_cast<long long>(chunk) * splits, L);
+      EXPECT_LT(static_cast<long long>(chunk) * (splits - 1), L);
+      if (splits > 1) {
+        EXPECT_GE(chunk, 256);
+      }
+      EXPECT_LE(splits, cuda::kMaxDecodeSplits);
+    }
+  }
+}
+
+TEST(DecodeSplits, HeadsPerCtaCoverTheGroup) {
+  for (int G = 1; G <= 64; ++G) {
+    const int gt = cuda::decode_heads_per_cta(G);
+    const int chunks = cuda::decode_head_chunks(G);
+    EXPECT_TRUE(gt == 1 || gt == 2 || gt == 4 || gt == 8) << G;
+    EXPECT_GE(gt * chunks, G) << G;
+    EXPECT_LT(gt * (chunks - 1), G) << G;  // no empty chunk
+  }
+  EXPECT_EQ(cuda::decode_heads_per_cta(4), 4);
+  EXPECT_EQ(cuda::decode_heads_per_cta(8), 8);
+  EXPECT_EQ(cuda::decode_head_chunks(8), 1);
+}
+
+TEST(AttentionOps, ImplementedTable) {
+  for (DType t : {DType::bf16, DType::fp16}) {
+    EXPECT_TRUE(cuda::attention_op_implemented(OpKind::decode_attention, t, Impl::own));
+    EXPECT_TRUE(cuda::attention_op_implemented(OpKind::decode_attention_paged, t, Impl::own));
+    EXPECT_TRUE(cuda::attention_op_implemented(OpKind::kv_append, t, Impl::own));
+    EXPECT_TRUE(cuda::attention_op_implemented(OpKind::kv_append_paged, t, Impl::own));
+    EXPECT_TRUE(cuda::attention_op_implemented(OpKind::prefill_attention, t, Impl::own));
+    EXPECT_TRUE(cuda::attention_op_implemented(OpKind::prefill_attention, t, Impl::blas));
+    EXPECT_FALSE(cuda::attention_op_implemented(OpKind::decode_attention, t, Impl::blas));
+    EXPECT_FALSE(cuda::attention_op_implemented(OpKind::linear, t, Impl::own));
+  }
+  EXPECT_FALSE(cuda::attention_op_implemented(OpKind::decode_attention, DType::fp32, Impl::own));
+  EXPECT_FALSE(cuda::attention_op_implemented(OpKind::prefill_attention, DType::fp8, Impl::own));
+}
+
+TEST(AttentionOps, UnsupportedShapesSayWhatIsSupported) {
+  EXPECT_NE(cuda::decode_attention_unsupported(DType::bf16, 32, 8, 96, false, 16).find("64, 128 or 256"),
+            std::string::npos);
+  EXPECT_NE(cuda::decode_attention_unsupported(DType::bf16, 10, 4, 128, false, 16).find("multiple"),
+            std::string::npos);
+  EXPECT_NE(cuda::decode_attention_unsupported(DType::bf16, 32, 8, 128, true, 8).find("multiple of 16"),
+            std::string::npos);
+  EXPECT_NE(cuda::decode_attention_unsupported(DType::bf16, 32, 8, 128, true, 24).find("multiple of 16"),
+            std::string::npos);
+  EXPECT_TRUE(cuda::decode_attention_unsupported(DType::fp16, 32, 8, 256, true, 48).empty());
+  EXPECT_NE(cuda::prefill_attention_unsupported(DType::bf16, 32, 8, 256, false).find("64 or 128"), std::string::npos);
+  EXPECT_TRUE(cuda::prefill_attention_unsupported(DType::bf16, 32, 8, 256, true).empty());
+}
+
+// ---- decode attention on the device ---------------------------------------------
+
+struct DecodeCase {
+  DType dtype;
+  std::uint64_t B, Hq, Hkv, L, D, page_size, splits;
+};
+std::ostream& operator<<(std::ostream& os, const DecodeCase& c) {
+  return os << to_string(c.dtype) << " B=" << c.B << " Hq=" << c.Hq << " Hkv=" << c.Hkv << " L=" << c.L
+            << " D=" << c.D << " page=" << c.page_size << " splits=" << c.splits;
+}
+
+class DecodeAttention : public test::CudaContextTest, public ::testing::WithParamInterface<DecodeCase> {};
+
+TEST_P(DecodeAttention, ContiguousMatchesReference) {
+  const auto& c = GetParam();
+  auto op = cuda::make_attention_op(ctx(), decode_request(false, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits));
+  EXPECT_NO_THROW(op->verify());
+}
+
+TEST_P(DecodeAttention, PagedMatchesReference) {
+  const auto& c = GetParam();
+  auto op = cuda::make_attention_op(ctx(), decode_request(true, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits));
+  EXPECT_NO_THROW(op->verify());
+}
+
+TEST_P(DecodeAttention, PagedAndContiguousAgreeOnTheSameData) {
+  const auto& c = GetParam();
+  auto contiguous =
+      cuda::make_attention_op(ctx(), decode_request(false, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits));
+  auto paged =
+      cuda::make_attention_op(ctx(), decode_request(true, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits));
+  contiguous->run();
+  paged->run();
+  const std::vector<float> a = access(*contiguous).output_as_float();
+  const std::vector<float> b = access(*paged).output_as_float();
+  ASSERT_EQ(a.size(), b.size());
+  // Same logical K/V (the paged pool is filled by logical index); only the split
+  // boundaries may differ, so the outputs agree to within the storage rounding.
+  const std::vector<double> want(a.begin(), a.end());
+  EXPECT_NO_THROW(reference::check_close(b, want, reference::tolerance_for(c.dtype), "paged vs contiguous"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DecodeAttention,
+    ::testing::Values(
+        // B=1, long context: the automatic split-KV path (GQA 4, Llama-3-8B heads).
+        DecodeCase{DType::bf16, 1, 32, 8, 4097, 128, 16, 0},
+        // forced splits, context not a multiple of the page or split chunk
+        DecodeCase{DType::bf16, 1, 8, 2, 1000, 128, 16, 5},
+        DecodeCase{DType::fp16, 3, 8, 8, 1000, 64, 16, 0},     // GQA 1, B=3
+        DecodeCase{DType::bf16, 2, 16, 2, 17, 256, 16, 0},     // GQA 8, tiny context (2 pages, 1 partial)
+        DecodeCase{DType::fp16, 2, 32, 4, 777, 256, 48, 3},    // GQA 8, D=256, page 48, splits
+        DecodeCase{DType::bf16, 4, 8, 2, 1000, 128, 32, 1},    // GQA 4, one split
+        DecodeCase{DType::bf16, 1, 12, 1, 333, 64, 16, 0},     // G=12: two head chunks per kv head
+        DecodeCase{DType::fp16, 2, 14, 2, 300, 128, 16, 2},    // G=7: a partly idle head slot
+        DecodeCase{DType::bf16, 3, 2, 1, 1, 64, 16, 0},        // a single cached token
+        DecodeCase{DType::bf16, 2, 64, 8, 2048, 128, 16, 0}    // Llama-3-70B heads
+        ));
+
+using DecodeAttentionMisc = test::CudaContextTest;
+
+TEST_F(DecodeAttentionMisc, SplitAndUnsplitAgree) {
+  for (const bool paged : {false, true}) {
+    auto one = cuda::make_attention_op(ctx(), decode_request(paged, DType::bf16, 2, 8, 2, 3000, 128, 16, 1));
+    auto many = cuda::make_attention_op(ctx(), decode_request(paged, DType::bf16, 2, 8, 2, 3000, 128, 16, 9));
+    EXPECT_EQ(access(*one).splits(), 1);
+    EXPECT_GT(access(*many).splits(), 1);
+    one->run();
+    many->run();
+    const auto a = access(*one).output_as_float();
+    const auto b = access(*many).output_as_float();
+    const std::vector<double> want(a.begin(), a.end());
+    EXPECT_NO_THROW(reference::check_close(b, want, reference::tolerance_for(DType::bf16), "split vs unsplit"));
+    EXPECT_NO_THROW(many->verify());
+  }
+}
+
+TEST_F(DecodeAttentionMisc, AutomaticSplitsKickInForSmallBatchLongContext) {
+  auto op = cuda::make_attention_op(ctx(), decode_request(false, DType::bf16, 1, 8, 1, 16384, 128));
+  EXPECT_GT(access(*op).splits(), 1);
+  EXPECT_NO_THROW(op->verify());
+}
+
+TEST_F(DecodeAttentionMisc, RunIsRepeatableAndAsynchronous) {
+  auto op = cuda::make_attention_op(ctx(), decode_request(true, DType::fp16, 2, 16, 4, 1500, 128, 32));
+  for (int i = 0; i < 5; ++i) op->run();
+  const auto a = access(*op).output_as_float();
+  op->run();
+  const auto b = access(*op).output_as_float();
+  EXPECT_EQ(a, b);  // deterministic: no atomics in the kernel or the reduction
+}
+
+TEST_F(DecodeAttentionMisc, WrongOutputIsCaught) {
+  for (const bool paged : {false, true}) {
+    for (const std::uint64_t splits : {1u, 4u}) {
+      auto op = cuda::make_attention_op(ctx(), decode_request(paged, DType::bf16, 2, 8, 2, 1000, 128, 16, splits));
+      EXPECT_NO_THROW(op->verify());
+      access(*op).set_fault_injection(true);
+      EXPECT_THROW(op->verify(), VerificationError) << (paged ? "paged" : "contiguous") << " splits " << splits;
+    }
+  }
+}
+
+TEST_F(DecodeAttentionMisc, UnsupportedRequestsThrowUnsupported) {
+  EXPECT_THROW(cuda::make_attention_op(ctx(), decode_request(false, DType::bf16, 1, 8, 8, 100, 96)), Unsupported);
+  EXPECT_THROW(cuda::make_attention_op(ctx(), decode_request(false, DType::bf16, 1, 10, 4, 100, 128)), Unsupported);
+  EXPECT_THROW(cuda::make_attention_op(ctx(), decode_request(true, DType::bf16, 1, 8, 8, 100, 128, 8)), Unsupported);
+  EXPECT_THROW(cuda::make_attention_op(ctx(), decode_request(false, DType::fp32, 1, 8, 8, 100, 128)), Unsupported);
+  auto blas = decode_request(false, DType::bf16, 1, 8, 8, 100, 128);
+  blas.impl = Impl::blas;
+  EXPECT_THROW(cuda::make_attention_op(ctx(), blas), Unsupported);
+}
+
+// ---- prefill attention on the device ----------------------------------------------
+
+struct PrefillCase {
+  Impl impl;
+  DType dtype;
+  std::uint64_t B, S, Hq, Hkv, D;
+};
+std::ostream& operator<<(std::ostream& os, const PrefillCase& c) {
+  return os << to_string(c.impl) << " " << to_string(c.dtype) << " B=" << c.B << " S=" << c.S << " Hq=" << c.Hq
+            << " Hkv=" << c.Hkv << " D=" << c.D;
+}
+
+class PrefillAttention : public test::CudaContextTest, public ::testing::WithParamInterface<PrefillCase> {};
+
+TEST_P(PrefillAttention, MatchesReference) {
+  const auto& c = GetParam();
+  auto op = cuda::make_attention_op(ctx(), prefill_request(c.impl, c.dtype, c.B, c.S, c.Hq, c.Hkv, c.D));
+  EXPECT_NO_THROW(op->verify());
+}
+
+TEST_P(PrefillAttention, WrongOutputIsCaught) {
+  const auto& c = GetParam();
+  auto op = cuda::make_attention_op(ctx(), prefill_request(c.impl, c.dtype, c.B, c.S, c.Hq, c.Hkv, c.D));
+  access(*op).set_fault_injection(true);
+  EXPECT_THROW(op->verify(), VerificationError);
+}
+
+std::vector<PrefillCase> prefill_cases() {
+  std::vector<PrefillCase> v;
+  for (Impl impl : {Impl::own, Impl::blas})
+    for (std::uint64_t S : {1u, 63u, 64u, 65u, 200u}) {
+      v.push_back({impl, DType::bf16, 1, S, 4, 4, 128});  // GQA 1
+      v.push_back({impl, DType::fp16, 2, S, 8, 2, 64});   // GQA 4, B=2
+    }
+  v.push_back({Impl::own, DType::bf16, 1, 1000, 8, 1, 128});  // GQA 8, many tiles, partial last tile
+  v.push_back({Impl::blas, DType::bf16, 1, 1000, 8, 1, 128});
+  v.push_back({Impl::own, DType::fp16, 3, 129, 4, 2, 64});
+  v.push_back({Impl::blas, DType::fp16, 1, 77, 2, 1, 256});  // the cuBLAS path takes any multiple of 8
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PrefillAttention, ::testing::ValuesIn(prefill_cases()));
+
+using PrefillAttentionMisc = test::CudaContextTest;
+
+TEST_F(PrefillAttentionMisc, FlashAndCublasAgree) {
+  auto own = cuda::make_attention_op(ctx(), prefill_request(Impl::own, DType::bf16, 2, 300, 8, 2, 128));
+  auto blas = cuda::make_attention_op(ctx(), prefill_request(Impl::blas, DType::bf16, 2, 300, 8, 2, 128));
+  own->run();
+  blas->run();
+  const auto a = access(*own).output_as_float();
+  const auto b = access(*blas).output_as_float();
+  const std::vector<double> want(b.begin(), b.end());
+  EXPECT_NO_THROW(reference::check_close(a, want, reference::tolerance_for(DType::bf16), "flash vs cuBLAS"));
+}
+
+TEST_F(PrefillAttentionMisc, UnsupportedRequestsThrowUnsupported) {
+  EXPECT_THROW(cuda::make_attention_op(ctx(), prefill_request(Impl::own, DType::bf16, 1, 64, 8, 8, 256)), Unsupported);
+  EXPECT_THROW(cuda::make_attention_op(ctx(), prefill_request(Impl::own, DType::bf16, 1, 64, 6, 4, 128)), Unsupported);
+  // Scores that cannot fit: B*Hq*S*S*4 bytes far beyond any GPU.
+  try {
+    cuda::make_attention_op(ctx(), prefill_request(Impl::blas, DType::bf16, 64, 32768, 64, 8, 128));
+    ADD_FAILURE() << "expected Unsupported";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("bytes"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace phasebench

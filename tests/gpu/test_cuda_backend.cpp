@@ -1,0 +1,181 @@
+// The CUDA backend through the seam: device description, cuBLASLt linear
+// layers against the CPU reference, refusals, ceilings within sane bounds,
+// timing/profile/clock smoke tests. Skips where no GPU is present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "backend.hpp"
+#include "cuda/linear_cublaslt.hpp"
+#include "gpu_test_util.hpp"
+#include "phasebench/error.hpp"
+
+namespace phasebench {
+namespace {
+
+OpRequest linear_request(DType t, Impl impl, std::uint64_t M, std::uint64_t N, std::uint64_t K) {
+  OpRequest r;
+  r.kind = OpKind::linear;
+  r.impl = impl;
+  r.dtype = t;
+  r.linear = {M, N, K};
+  return r;
+}
+
+// One backend for the whole suite: creating handles and measuring ceilings is
+// done once per process, as in a benchmark run.
+class CudaBackendTest : public test::GpuTest {
+ protected:
+  static Backend& backend() {
+    static std::unique_ptr<Backend> b = [] {
+      std::string why;
+      auto p = make_cuda_backend(&why);
+      if (!p) throw std::runtime_error("make_cuda_backend failed: " + why);
+      return p;
+    }();
+    return *b;
+  }
+  int cc() const {
+    const auto s = backend().device().details.at("compute_capability").get<std::string>();
+    return std::stoi(s.substr(0, s.find('.'))) * 10 + std::stoi(s.substr(s.find('.') + 1));
+  }
+};
+
+TEST(CudaBackendFactory, SaysWhyWhenThereIsNoDevice) {
+  std::string why;
+  auto b = make_cuda_backend(&why);
+  EXPECT_FALSE(why.empty());
+  if (test::no_gpu_reason()) {
+    EXPECT_EQ(b, nullptr);
+    EXPECT_NE(why.find("no CUDA device"), std::string::npos) << why;
+  } else {
+    EXPECT_NE(b, nullptr) << why;
+  }
+  EXPECT_TRUE(cuda_backend_built());
+}
+
+TEST_F(CudaBackendTest, DescribesTheDevice) {
+  const auto& d = backend().device();
+  EXPECT_EQ(d.backend, "cuda");
+  EXPECT_FALSE(d.name.empty());
+  EXPECT_FALSE(d.slug.empty());
+  for (char c : d.slug) EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(c)) || std::islower(static_cast<unsigned char>(c)) || c == '-') << d.slug;
+  EXPECT_GT(d.memory_bytes, 0u);
+  EXPECT_GT(d.cache_bytes, 0u);
+  for (const char* key : {"compute_capability", "sm_count", "sm_clock_max_mhz", "memory_clock_max_mhz",
+                          "memory_bus_width_bits", "l2_bytes", "ecc_enabled", "driver_version", "runtime_version",
+                          "cublas_version", "cublaslt_version", "spec", "clocks"})
+    EXPECT_TRUE(d.details.contains(key)) << key << " missing from " << d.details.dump();
+  if (!d.spec) EXPECT_NE(d.details.at("spec").get<std::string>().find("unknown GPU"), std::string::npos);
+  EXPECT_TRUE(backend().clocks().is_object());
+}
+
+struct LinearCase {
+  DType dtype;
+  std::uint64_t M, N, K;
+};
+
+class CublasLtLinear : public CudaBackendTest, public ::testing::WithParamInterface<LinearCase> {};
+
+TEST_P(CublasLtLinear, MatchesReference) {
+  const auto c = GetParam();
+  if (c.dtype == DType::fp8 && cc() < 89) GTEST_SKIP() << "fp8 needs compute capability 8.9+";
+  auto r = linear_request(c.dtype, Impl::blas, c.M, c.N, c.K);
+  ASSERT_FALSE(backend().cannot_run(r).has_value()) << *backend().cannot_run(r);
+  auto op = backend().prepare(r);
+  EXPECT_NO_THROW(op->verify());
+}
+
+std::vector<LinearCase> linear_cases() {
+  std::vector<LinearCase> v;
+  for (DType t : {DType::bf16, DType::fp16, DType::fp32, DType::tf32, DType::fp8}) {
+    v.push_back({t, 64, 96, 128});
+    v.push_back({t, 1, 4096, 4096});   // the GEMV comparison row
+    v.push_back({t, 300, 1024, 2048});  // sampled verification
+  }
+  v.push_back({DType::bf16, 7, 33, 40});  // odd sizes
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CublasLtLinear, ::testing::ValuesIn(linear_cases()),
+                         [](const ::testing::TestParamInfo<LinearCase>& i) {
+                           return std::string(to_string(i.param.dtype)) + "_" + std::to_string(i.param.M) + "x" +
+                                  std::to_string(i.param.N) + "x" + std::to_string(i.param.K);
+                         });
+
+TEST_F(CudaBackendTest, RefusesWithReasons) {
+  // Far more memory than any device has.
+  auto huge = linear_request(DType::bf16, Impl::blas, 1 << 20, 1 << 20, 1 << 16);
+  auto why = backend().cannot_run(huge);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("GiB free"), std::string::npos) << *why;
+  EXPECT_THROW(backend().prepare(huge), Unsupported);
+  // fp8 below compute capability 8.9, or with N not a multiple of 16.
+  if (cc() < 89) {
+    auto fp8 = linear_request(DType::fp8, Impl::blas, 16, 64, 64);
+    ASSERT_TRUE(backend().cannot_run(fp8).has_value());
+    EXPECT_NE(backend().cannot_run(fp8)->find("8.9"), std::string::npos);
+  } else {
+    auto fp8 = linear_request(DType::fp8, Impl::blas, 16, 60, 64);
+    ASSERT_TRUE(backend().cannot_run(fp8).has_value());
+  }
+  EXPECT_FALSE(backend().implements(OpKind::elementwise, DType::bf16, Impl::own));
+}
+
+TEST_F(CudaBackendTest, MeasuredCeilingsAreSane) {
+  backend().measure_ceilings({DType::bf16});
+  const Ceilings c = backend().ceilings();
+  auto read = c.bandwidth_for(CeilingSource::measured);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->source, CeilingSource::measured);
+  EXPECT_NE(read->method.find("read kernel"), std::string::npos) << read->method;  // the roofline uses the read
+  auto gemm = c.compute_for(DType::bf16, CeilingSource::measured);
+  ASSERT_TRUE(gemm.has_value());
+  EXPECT_EQ(gemm->source, CeilingSource::measured);
+  const auto& spec = backend().device().spec;
+  if (spec) {
+    auto sheet_bw = c.bandwidth_for(CeilingSource::datasheet);
+    auto sheet_bf16 = c.compute_for(DType::bf16, CeilingSource::datasheet);
+    ASSERT_TRUE(sheet_bw && sheet_bf16);
+    EXPECT_LT(read->value, sheet_bw->value) << read->method;
+    EXPECT_GT(read->value, 0.5 * sheet_bw->value) << read->method;
+    EXPECT_LT(gemm->value, sheet_bf16->value) << gemm->method;
+    EXPECT_GT(gemm->value, sheet_bf16->value / 3) << gemm->method;
+  } else {
+    EXPECT_GT(read->value, 1e10);
+    EXPECT_GT(gemm->value, 1e12);
+  }
+  // Theoretical ceilings for the architectures the table of per-SM rates knows.
+  if (cc() == 80 || cc() == 86 || cc() == 89 || cc() == 90) {
+    auto th = c.compute_for(DType::bf16, CeilingSource::theoretical);
+    ASSERT_TRUE(th.has_value());
+    EXPECT_EQ(th->source, CeilingSource::theoretical);
+    EXPECT_GT(th->value, gemm->value);
+  }
+  auto th_bw = c.bandwidth_for(CeilingSource::theoretical);
+  ASSERT_TRUE(th_bw.has_value());
+  EXPECT_EQ(th_bw->source, CeilingSource::theoretical);
+  // Measuring again changes nothing (once per process).
+  const auto before = backend().ceilings().bandwidth().size();
+  backend().measure_ceilings({DType::bf16});
+  EXPECT_EQ(backend().ceilings().bandwidth().size(), before);
+}
+
+TEST_F(CudaBackendTest, TimesProfilesAndReadsClocks) {
+  auto op = backend().prepare(linear_request(DType::bf16, Impl::blas, 512, 512, 512));
+  op->verify();
+  for (bool cold : {true, false}) {
+    const Sample s = backend().time(*op, TimingOptions{cold, "test/linear"});
+    EXPECT_GT(s.seconds, 0.0);
+    EXPECT_TRUE(std::isfinite(s.seconds));
+  }
+  EXPECT_NO_THROW(backend().profile(*op, "test/linear/profile"));
+  const auto clocks = backend().clocks();
+  EXPECT_TRUE(clocks.contains("sm_mhz") || clocks.contains("error")) << clocks.dump();
+  (void)backend().throttled_since_last_check();
+  EXPECT_FALSE(backend().throttled_since_last_check() && false);
+}
+
+}  // namespace
+}  // namespace phasebench

@@ -1,0 +1,165 @@
+// Our decode GEMV (kernels/cuda/decode_gemv.cu) against the CPU reference:
+// every batch 1..16 in bf16 and fp16, shapes with tails in N and K, repeated
+// calls (the split-K scratch must come back to zero), refusals, and a
+// corrupted output that verification must catch. Skips where no GPU is present.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backend.hpp"
+#include "cuda/decode_gemv.hpp"
+#include "cuda/linear_verify.hpp"
+#include "gpu_test_util.hpp"
+#include "phasebench/error.hpp"
+
+namespace phasebench {
+namespace {
+
+OpRequest gemv_request(DType t, std::uint64_t M, std::uint64_t N, std::uint64_t K, std::uint64_t seed = 7) {
+  OpRequest r;
+  r.kind = OpKind::linear;
+  r.impl = Impl::own;
+  r.dtype = t;
+  r.linear = {M, N, K};
+  r.seed = seed;
+  return r;
+}
+
+class DecodeGemvTest : public test::CudaContextTest {};
+
+struct GemvCase {
+  DType dtype;
+  std::uint64_t M;
+};
+
+class DecodeGemvEveryBatch : public test::CudaContextTest, public ::testing::WithParamInterface<GemvCase> {};
+
+// N = 1000: the last 32-row block is partial; K = 1032 = 8 x 129: the last
+// 64-wide group of k is partial (K is not a multiple of 16, 32 or 64).
+TEST_P(DecodeGemvEveryBatch, MatchesReferenceWithTails) {
+  const auto c = GetParam();
+  auto op = cuda::make_decode_gemv_op(ctx(), gemv_request(c.dtype, c.M, 1000, 1032, 11 + c.M));
+  EXPECT_NO_THROW(op->verify());
+}
+
+// Large enough that verification samples (M*N*K > 2^27) and the stream-K
+// split puts several warps on one row block.
+TEST_P(DecodeGemvEveryBatch, MatchesReferenceOnAModelShape) {
+  const auto c = GetParam();
+  auto op = cuda::make_decode_gemv_op(ctx(), gemv_request(c.dtype, c.M, 4096, 14336, 3 + c.M));
+  EXPECT_NO_THROW(op->verify());
+}
+
+std::vector<GemvCase> every_batch() {
+  std::vector<GemvCase> v;
+  for (DType t : {DType::bf16, DType::fp16})
+    for (std::uint64_t m = 1; m <= cuda::kGemvMaxBatch; ++m) v.push_back({t, m});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Batches, DecodeGemvEveryBatch, ::testing::ValuesIn(every_batch()),
+                         [](const ::testing::TestParamInfo<GemvCase>& i) {
+                           return std::string(to_string(i.param.dtype)) + "_M" + std::to_string(i.param.M);
+                         });
+
+TEST_F(DecodeGemvTest, OddShapes) {
+  struct Shape {
+    std::uint64_t M, N, K;
+  };
+  for (const auto s : {Shape{1, 1, 8}, Shape{3, 33, 24}, Shape{16, 17, 4104}, Shape{5, 31, 8}, Shape{8, 65, 72},
+                       Shape{2, 128256, 64}, Shape{1, 7, 65536}}) {
+    SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K));
+    for (DType t : {DType::bf16, DType::fp16}) {
+      auto op = cuda::make_decode_gemv_op(ctx(), gemv_request(t, s.M, s.N, s.K));
+      EXPECT_NO_THROW(op->verify());
+    }
+  }
+}
+
+TEST_F(DecodeGemvTest, RepeatedCallsStayCorrect) {
+  // The split-K accumulators and counters must be left at zero by every call.
+  auto op = cuda::make_decode_gemv_op(ctx(), gemv_request(DType::bf16, 4, 2048, 8192));
+  for (int i = 0; i < 5; ++i) op->run();
+  EXPECT_NO_THROW(op->verify());
+  for (int i = 0; i < 3; ++i) op->run();
+  EXPECT_NO_THROW(op->verify());
+}
+
+TEST_F(DecodeGemvTest, RefusesWhatItCannotRun) {
+  auto k_odd = cuda::decode_gemv_unsupported(DType::bf16, {1, 64, 100});
+  ASSERT_TRUE(k_odd.has_value());
+  EXPECT_NE(k_odd->find("multiple of 8"), std::string::npos) << *k_odd;
+  auto big_batch = cuda::decode_gemv_unsupported(DType::bf16, {17, 64, 64});
+  ASSERT_TRUE(big_batch.has_value());
+  EXPECT_NE(big_batch->find("1..16"), std::string::npos) << *big_batch;
+  auto fp32 = cuda::decode_gemv_unsupported(DType::fp32, {1, 64, 64});
+  ASSERT_TRUE(fp32.has_value());
+  EXPECT_THROW(cuda::make_decode_gemv_op(ctx(), gemv_request(DType::fp16, 1, 64, 100)), Unsupported);
+  EXPECT_THROW(cuda::make_decode_gemv_op(ctx(), gemv_request(DType::bf16, 17, 64, 64)), Unsupported);
+  EXPECT_FALSE(cuda::decode_gemv_unsupported(DType::fp16, {16, 1, 8}).has_value());
+}
+
+TEST_F(DecodeGemvTest, VerificationCatchesACorruptedOutput) {
+  const LinearShape s{3, 300, 520};
+  auto operands = cuda::make_linear_operands(s, DType::bf16, DType::bf16, 99, ctx().stream);
+  cuda::DecodeGemv gemv(ctx(), DType::bf16, s);
+  gemv.run(operands.X.get(), operands.W.get(), operands.Y.get(), ctx().stream);
+  EXPECT_NO_THROW(cuda::verify_linear(s, DType::bf16, DType::bf16, operands.view(), ctx().stream, "gemv"));
+  // One wrong element (Y[1, 150] = 1e38) must be caught and named.
+  const std::uint16_t huge = 0x7e96;
+  PB_CUDA_CHECK(cudaMemcpy(static_cast<std::uint16_t*>(operands.Y.get()) + 1 * s.N + 150, &huge, sizeof huge,
+                           cudaMemcpyHostToDevice));
+  try {
+    cuda::verify_linear(s, DType::bf16, DType::bf16, operands.view(), ctx().stream, "gemv");
+    ADD_FAILURE() << "verify_linear accepted a corrupted output";
+  } catch (const VerificationError& e) {
+    EXPECT_NE(std::string(e.what()).find("m=1, n=150"), std::string::npos) << e.what();
+  }
+  // An output never written (still the NaN fill) fails too.
+  auto unwritten = cuda::make_linear_operands(s, DType::fp16, DType::fp16, 5, ctx().stream);
+  EXPECT_THROW(cuda::verify_linear(s, DType::fp16, DType::fp16, unwritten.view(), ctx().stream, "gemv"),
+               VerificationError);
+}
+
+TEST_F(DecodeGemvTest, DroppingPartOfKIsCaught) {
+  // The tolerance must be tight enough that a kernel skipping 1/8 of K fails:
+  // compare a K = 4096 output with the reference computed over K = 4096 after
+  // zeroing the last 512 columns of X on the device.
+  const LinearShape s{2, 512, 4096};
+  auto operands = cuda::make_linear_operands(s, DType::bf16, DType::bf16, 21, ctx().stream);
+  auto truncated = cuda::make_linear_operands(s, DType::bf16, DType::bf16, 21, ctx().stream);
+  for (std::uint64_t m = 0; m < s.M; ++m)
+    PB_CUDA_CHECK(cudaMemset(static_cast<std::uint16_t*>(truncated.X.get()) + m * s.K + (s.K - 512), 0, 512 * 2));
+  cuda::DecodeGemv gemv(ctx(), DType::bf16, s);
+  gemv.run(truncated.X.get(), truncated.W.get(), operands.Y.get(), ctx().stream);
+  EXPECT_THROW(cuda::verify_linear(s, DType::bf16, DType::bf16, operands.view(), ctx().stream, "gemv"),
+               VerificationError);
+}
+
+TEST(DecodeGemvBackend, ThroughTheBackendSeam) {
+  PB_SKIP_IF_NO_GPU();
+  std::string why;
+  auto backend = make_cuda_backend(&why);
+  ASSERT_TRUE(backend) << why;
+  EXPECT_TRUE(backend->implements(OpKind::linear, DType::bf16, Impl::own));
+  EXPECT_FALSE(backend->implements(OpKind::linear, DType::fp32, Impl::own));
+  auto r = gemv_request(DType::bf16, 8, 4096, 4096);
+  ASSERT_FALSE(backend->cannot_run(r).has_value());
+  auto op = backend->prepare(r);
+  EXPECT_NO_THROW(op->verify());
+  // Timing smoke test: both cache modes give a positive time (no speed assertions).
+  for (bool cold : {true, false}) {
+    const Sample s = backend->time(*op, TimingOptions{cold, "test/decode_gemv"});
+    EXPECT_GT(s.seconds, 0.0);
+    EXPECT_GE(s.runs, 1u);
+    if (cold) EXPECT_EQ(s.runs, 1u) << "cold-cache samples time one launch";
+  }
+  EXPECT_NO_THROW(op->verify());  // still right after graph replays
+  auto too_big = gemv_request(DType::bf16, 17, 64, 64);
+  auto reason = backend->cannot_run(too_big);
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_THROW(backend->prepare(too_big), Unsupported);
+}
+
+}  // namespace
+}  // namespace phasebench

@@ -1,0 +1,182 @@
+// The phasebench command end to end: exit codes and messages for bad input,
+// JSON from `model --json`, a small CPU sweep, and an interrupted run.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out;
+};
+
+// Runs the binary with `args`, stdout and stderr together.
+Result run(const std::string& args) {
+  Result r;
+  const std::string cmd = std::string(PHASEBENCH_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (p && fgets(buf.data(), buf.size(), p)) r.out += buf.data();
+  const int st = p ? pclose(p) : -1;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("phasebench-cli-" + name)).string(); }
+
+}  // namespace
+
+TEST(Cli, ModelBadInputs) {
+  struct Case {
+    std::string args, expect;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"model --model llama-9", "unknown model 'llama-9'"},
+           {"model --gpu H300", "unknown GPU 'H300'"},
+           {"model --batch 0", "--batch must be a positive integer"},
+           {"model --prompt -5", "--prompt must be a positive integer"},
+           {"model --dtype fp7", "unknown dtype 'fp7'"},
+           {"model --gpu a100-sxm4-80gb --dtype fp8", "no fp8 peak"},
+           {"model --batch 1099511627776 --context 1073741824", "overflows 64-bit"},
+           {"model --config /nonexistent/config.json", "unknown model"},
+           {"frobnicate", "unknown command"},
+       }) {
+    const auto r = run(c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n') <= 12, true) << "one clear message, not a dump: " << r.out;
+  }
+}
+
+TEST(Cli, MalformedConfigFile) {
+  const auto p = tmp("bad-config.json");
+  std::ofstream(p) << R"({"model_type": "llama", "hidden_size": 4096)";
+  const auto r = run("model --config " + p);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("not valid JSON"), std::string::npos) << r.out;
+  std::ofstream(p) << R"({"model_type": "llama", "hidden_size": 4096})";
+  const auto r2 = run("model --config " + p);
+  EXPECT_NE(r2.out.find("missing required field \"intermediate_size\""), std::string::npos) << r2.out;
+  fs::remove(p);
+}
+
+TEST(Cli, ModelJsonAndSimpleMode) {
+  const auto r = run("model --model llama-3.1-8b --batch 4 --prompt 1024 --context 2048 --gpu h200-sxm --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("model").at("params"), 8030261248ull);
+  EXPECT_EQ(j.at("kv_cache_bytes"), 131072ull * 2048 * 4);
+  EXPECT_GT(j.at("ttft_s").get<double>(), 0);
+  EXPECT_GT(j.at("per_token_s").get<double>(), 0);
+  EXPECT_TRUE(j.at("phases").at("decode").at("ops").is_array());
+  const auto s = run("model --simple --hidden 4096 --layers 32 --batch 4 --prompt 1024 --dtype fp16");
+  ASSERT_EQ(s.status, 0);
+  for (const char* fig : {"201.33 M", "52776.56 GFLOPs", "12.885 GB", "4096.00 FLOP/byte", "51.54 GFLOPs", "4.00 FLOP/byte"})
+    EXPECT_NE(s.out.find(fig), std::string::npos) << fig;
+}
+
+TEST(Cli, RunBadInputs) {
+  struct Case {
+    std::string args, expect;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"run --backend=tpu", "unknown backend 'tpu'"},
+           {"run --backend=cpu --model nope", "unknown model 'nope'"},
+           {"run --backend=cpu --decode-batches 0", "sizes must be positive"},
+           {"run --backend=cpu --contexts 8..2", "empty range"},
+           {"run --backend=cpu --ops decode_linear --dtype fp99", "unknown dtype"},
+           {"run --backend=cpu --ops nothing", "unknown group 'nothing'"},
+           {"run --backend=cpu --cache lukewarm", "--cache must be cold or hot"},
+           {"run --backend=cpu --ops kv_append --append-batches 1 --out /proc/nope/r.json", "cannot create the results folder"},
+       }) {
+    const auto r = run(c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("measuring ceilings"), std::string::npos) << "bad input must be reported before running: " << c.args;
+  }
+}
+
+TEST(Cli, SmallCpuSweepWritesResults) {
+  const auto out = tmp("sweep.json");
+  fs::remove(out);
+  const auto r = run("run --backend=cpu --ops decode_linear,kv_append,decode_attention --decode-batches 1 "
+                     "--attention-batches 1 --contexts 64 --append-batches 1 --append-context 64 "
+                     "--model " + std::string(PHASEBENCH_TEST_DATA_DIR) + "/tiny-llama.json "
+                     "--no-calibrate --benchmark_min_time=0.001 --out " + out);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("backend cpu: chosen with --backend=cpu"), std::string::npos);
+  EXPECT_NE(r.out.find("phasebench summary"), std::string::npos);
+  std::ifstream f(out);
+  const auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j.at("context").at("phasebench").at("complete"), true);
+  EXPECT_EQ(j.at("context").at("phasebench").at("schema_version"), 1);
+  int ok = 0;
+  for (const auto& b : j.at("benchmarks")) {
+    ASSERT_TRUE(b.contains("real_time"));
+    ASSERT_TRUE(b.contains("phasebench"));
+    const auto& p = b.at("phasebench");
+    EXPECT_EQ(p.at("status"), "ok") << b.dump();
+    ok += p.at("status") == "ok";
+    EXPECT_TRUE(p.at("bytes").contains("total"));
+    EXPECT_GT(p.at("time").at("median_s").get<double>(), 0);
+  }
+  EXPECT_GE(ok, 5 + 2 + 2);  // 5 projections (own) + 2 attention + 2 append
+  fs::remove(out);
+}
+
+TEST(Cli, InterruptedRunKeepsFinishedPoints) {
+  const auto out = tmp("interrupted.json");
+  const auto err = tmp("interrupted.err");
+  fs::remove(out);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    freopen(err.c_str(), "w", stderr);
+    freopen("/dev/null", "w", stdout);
+    execl(PHASEBENCH_BINARY, PHASEBENCH_BINARY, "run", "--backend=cpu", "--ops", "decode_linear", "--decode-batches",
+          "1..16", "--model", PHASEBENCH_TEST_DATA_DIR "/tiny-llama.json", "--no-calibrate", "--benchmark_min_time=0.2",
+          "--out", out.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until at least one point is on disk, then interrupt.
+  bool have_point = false;
+  for (int i = 0; i < 600 && !have_point; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream f(out);
+    if (!f) continue;
+    try {
+      have_point = !nlohmann::json::parse(f).at("benchmarks").empty();
+    } catch (...) {
+    }
+  }
+  ASSERT_TRUE(have_point);
+  kill(pid, SIGINT);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 130);
+  std::ifstream f(out);
+  const auto j = nlohmann::json::parse(f);  // still valid JSON
+  EXPECT_FALSE(j.at("benchmarks").empty());
+  EXPECT_EQ(j.at("context").at("phasebench").at("complete"), false);
+  std::ifstream e(err);
+  std::stringstream ss;
+  ss << e.rdbuf();
+  EXPECT_NE(ss.str().find("interrupted; results of the finished points are in " + out), std::string::npos) << ss.str();
+  fs::remove(out);
+  fs::remove(err);
+}

@@ -1,0 +1,151 @@
+// The CPU backend's kernels against the reference, through the seam.
+#include <gtest/gtest.h>
+
+#include "backend.hpp"
+#include "cpu/reference.hpp"
+#include "phasebench/error.hpp"
+
+using namespace phasebench;
+
+namespace {
+
+OpRequest linear(std::uint64_t M, std::uint64_t N, std::uint64_t K, DType t, Impl impl) {
+  OpRequest r;
+  r.kind = OpKind::linear;
+  r.dtype = t;
+  r.impl = impl;
+  r.linear = {M, N, K};
+  return r;
+}
+
+OpRequest attention(std::uint64_t B, std::uint64_t Hq, std::uint64_t Hkv, std::uint64_t L, std::uint64_t D, DType t,
+                    bool paged) {
+  OpRequest r;
+  r.kind = paged ? OpKind::decode_attention_paged : OpKind::decode_attention;
+  r.dtype = t;
+  r.attention = {B, Hq, Hkv, L, D};
+  r.page_size = 16;
+  return r;
+}
+
+}  // namespace
+
+TEST(CpuBackend, DescribesItself) {
+  auto b = make_cpu_backend();
+  EXPECT_EQ(b->device().backend, "cpu");
+  EXPECT_FALSE(b->device().name.empty());
+  EXPECT_EQ(b->device().slug.rfind("cpu-", 0), 0u);
+  EXPECT_FALSE(b->device().spec.has_value());  // no datasheet for CPUs
+}
+
+TEST(CpuBackend, GemvMatchesReferenceForEveryBatch) {
+  auto b = make_cpu_backend();
+  for (DType t : {DType::fp32, DType::bf16, DType::fp16})
+    for (std::uint64_t M = 1; M <= 16; ++M) {
+      auto op = b->prepare(linear(M, 67, 136, t, Impl::own));  // odd N, K not a multiple of 16
+      EXPECT_NO_THROW(op->verify()) << to_string(t) << " M=" << M;
+    }
+}
+
+TEST(CpuBackend, BlasLinearMatchesReference) {
+  auto b = make_cpu_backend();
+  for (auto s : std::vector<LinearShape>{{1, 33, 17}, {64, 128, 256}, {100, 300, 1000}}) {
+    auto op = b->prepare(linear(s.M, s.N, s.K, DType::fp32, Impl::blas));
+    EXPECT_NO_THROW(op->verify());
+  }
+}
+
+TEST(CpuBackend, OwnGemvAndBlasAgree) {
+  auto b = make_cpu_backend();
+  auto own = b->prepare(linear(8, 96, 512, DType::fp32, Impl::own));
+  auto blas = b->prepare(linear(8, 96, 512, DType::fp32, Impl::blas));
+  own->run();
+  blas->run();
+  const auto x = own->output_values(), y = blas->output_values();
+  ASSERT_EQ(x.size(), y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 1e-3 * (1 + std::abs(y[i])));
+}
+
+TEST(CpuBackend, DecodeAttentionContiguousAndPaged) {
+  auto b = make_cpu_backend();
+  struct Case {
+    std::uint64_t B, Hq, Hkv, L, D;
+  };
+  for (auto c : std::vector<Case>{{1, 4, 4, 17, 64}, {3, 32, 8, 1000, 128}, {2, 8, 1, 33, 256}})
+    for (DType t : {DType::fp32, DType::bf16})
+      for (bool paged : {false, true}) {
+        auto op = b->prepare(attention(c.B, c.Hq, c.Hkv, c.L, c.D, t, paged));
+        EXPECT_NO_THROW(op->verify()) << "L=" << c.L << " paged=" << paged << " " << to_string(t);
+      }
+}
+
+TEST(CpuBackend, PagedAndContiguousGiveTheSameAnswer) {
+  auto b = make_cpu_backend();
+  auto c = b->prepare(attention(2, 16, 4, 1000, 128, DType::bf16, false));
+  auto p = b->prepare(attention(2, 16, 4, 1000, 128, DType::bf16, true));
+  c->run();
+  p->run();
+  EXPECT_EQ(c->output_values(), p->output_values());
+}
+
+TEST(CpuBackend, KvAppend) {
+  auto b = make_cpu_backend();
+  for (bool paged : {false, true})
+    for (std::uint64_t S : {1u, 5u}) {
+      OpRequest r;
+      r.kind = paged ? OpKind::kv_append_paged : OpKind::kv_append;
+      r.dtype = DType::bf16;
+      r.append = {3, S, 8, 128};
+      r.append_capacity = 1000;  // not a multiple of the page size
+      r.page_size = 16;
+      auto op = b->prepare(r);
+      EXPECT_NO_THROW(op->verify());
+    }
+}
+
+TEST(CpuBackend, RefusesWhatItCannotRun) {
+  auto b = make_cpu_backend();
+  EXPECT_TRUE(b->cannot_run(linear(17, 64, 64, DType::fp32, Impl::own)).has_value());  // GEMV is batch <= 16
+  auto huge = linear(1, 1ull << 20, 1ull << 20, DType::fp32, Impl::blas);
+  const auto why = b->cannot_run(huge);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("GiB"), std::string::npos);
+  EXPECT_THROW(b->prepare(huge), Unsupported);
+  EXPECT_FALSE(b->implements(OpKind::prefill_attention, DType::fp32, Impl::own));
+}
+
+TEST(CpuBackend, TimingReturnsPositiveSamples) {
+  auto b = make_cpu_backend();
+  auto op = b->prepare(linear(4, 256, 256, DType::fp32, Impl::own));
+  TimingOptions o;
+  o.range_name = "test";
+  for (bool cold : {true, false}) {
+    o.cold_cache = cold;
+    const auto s = b->time(*op, o);
+    EXPECT_GT(s.seconds, 0.0);
+    EXPECT_EQ(s.runs, 1u);
+  }
+}
+
+TEST(Reference, CheckCloseNamesTheFirstMismatch) {
+  std::vector<float> got{1.0f, 2.0f, 3.5f};
+  std::vector<double> want{1.0, 2.0, 3.0};
+  try {
+    reference::check_close(got, want, reference::tolerance_for(DType::bf16), "op");
+    FAIL();
+  } catch (const VerificationError& e) {
+    EXPECT_NE(std::string(e.what()).find("first at 2"), std::string::npos);
+  }
+  std::vector<float> nan{1.0f, 2.0f, std::nanf("")};
+  EXPECT_THROW(reference::check_close(nan, want, reference::tolerance_for(DType::fp32), "op"), VerificationError);
+  EXPECT_NO_THROW(reference::check_close({1.0f, 2.0f, 3.0f}, want, reference::tolerance_for(DType::fp32), "op"));
+}
+
+TEST(Reference, ConversionsRoundTrip) {
+  for (float v : {0.0f, 1.0f, -2.5f, 0.333f, 65504.0f, 1e-6f}) {
+    EXPECT_NEAR(reference::round_to(v, DType::bf16), v, std::abs(v) * 0.004 + 1e-30);
+    EXPECT_NEAR(reference::round_to(v, DType::fp16), v, std::abs(v) * 0.001 + 6e-8);
+  }
+  EXPECT_EQ(reference::round_to(1.0f, DType::fp8), 1.0f);
+  EXPECT_EQ(reference::round_to(448.0f, DType::fp8), 448.0f);
+}

@@ -1,0 +1,141 @@
+// The harness: a wrong kernel result is an error, never a timing; a point
+// that cannot run is skipped with its reason; counters come from the formulas.
+#include <gtest/gtest.h>
+
+#include "fixture.hpp"
+#include "phasebench/error.hpp"
+
+using namespace phasebench;
+
+namespace {
+
+class FakeOp : public PreparedOp {
+ public:
+  explicit FakeOp(bool wrong) : wrong_(wrong) {}
+  void run() override { ++runs; }
+  void verify() override {
+    run();
+    if (wrong_) throw VerificationError("fake: 3 of 10 elements differ");
+  }
+  int runs = 0;
+
+ private:
+  bool wrong_;
+};
+
+class FakeBackend : public Backend {
+ public:
+  FakeBackend() {
+    info_.backend = "fake";
+    info_.name = "fake";
+    info_.slug = "fake";
+    ceilings_.add_compute(DType::fp32, {1e12, CeilingSource::measured, "fake"});
+    ceilings_.add_bandwidth({1e11, CeilingSource::measured, "fake"});
+  }
+  const DeviceInfo& device() const override { return info_; }
+  Ceilings ceilings() const override { return ceilings_; }
+  void measure_ceilings(const std::vector<DType>&) override {}
+  bool implements(OpKind, DType, Impl) const override { return true; }
+  std::optional<std::string> cannot_run(const OpRequest& r) const override {
+    if (r.linear.M == 999) return std::string("needs 9 GiB, 1 GiB free");
+    return std::nullopt;
+  }
+  std::unique_ptr<PreparedOp> prepare(const OpRequest& r) override {
+    auto op = std::make_unique<FakeOp>(r.linear.M == 13);
+    last = op.get();
+    return op;
+  }
+  Sample time(PreparedOp& op, const TimingOptions&) override {
+    op.run();
+    ++timed;
+    return {1e-3, 1};
+  }
+  void profile(PreparedOp&, const std::string&) override {}
+  FakeOp* last = nullptr;
+  int timed = 0;
+
+ private:
+  DeviceInfo info_;
+  Ceilings ceilings_;
+};
+
+Point point(std::uint64_t M) {
+  Point p;
+  p.name = "free/linear/test" + std::to_string(M);
+  p.phase = "free";
+  p.op = "linear";
+  p.request.kind = OpKind::linear;
+  p.request.dtype = DType::fp32;
+  p.request.linear = {M, 1000, 1000};
+  return p;
+}
+
+}  // namespace
+
+class FixtureTest : public ::testing::Test {
+ protected:
+  void run_points(const std::vector<Point>& pts) {
+    benchmark::ClearRegisteredBenchmarks();
+    register_points(*ctx, pts);
+    static const char* argv0 = "test";
+    int argc = 1;
+    char* argv[] = {const_cast<char*>(argv0), nullptr};
+    benchmark::Initialize(&argc, argv);
+    struct Null : benchmark::BenchmarkReporter {
+      bool ReportContext(const Context&) override { return true; }
+      void ReportRuns(const std::vector<Run>&) override {}
+    } null;
+    benchmark::RunSpecifiedBenchmarks(&null);
+  }
+  FakeBackend backend;
+  std::unique_ptr<BenchContext> ctx = std::make_unique<BenchContext>(backend, RunOptions{});
+};
+
+TEST_F(FixtureTest, WrongResultIsAnErrorNeverATiming) {
+  run_points({point(13)});
+  const auto* o = ctx->outcome("free/linear/test13");
+  ASSERT_NE(o, nullptr);
+  EXPECT_EQ(o->status, "error");
+  EXPECT_NE(o->message.find("verification failed"), std::string::npos);
+  EXPECT_TRUE(o->samples.empty());
+  EXPECT_EQ(backend.timed, 0);
+  const auto j = ctx->point_json("free/linear/test13");
+  EXPECT_EQ(j.at("status"), "error");
+  EXPECT_FALSE(j.contains("tflops"));
+  EXPECT_FALSE(j.contains("time"));
+}
+
+TEST_F(FixtureTest, PointThatCannotRunIsSkippedWithTheReason) {
+  run_points({point(999), point(4)});
+  EXPECT_EQ(ctx->outcome("free/linear/test999")->status, "skipped");
+  EXPECT_NE(ctx->outcome("free/linear/test999")->message.find("9 GiB"), std::string::npos);
+  EXPECT_EQ(ctx->outcome("free/linear/test4")->status, "ok");  // the run goes on
+}
+
+TEST_F(FixtureTest, CountersComeFromTheFormulas) {
+  run_points({point(4)});
+  const auto j = ctx->point_json("free/linear/test4");
+  ASSERT_EQ(j.at("status"), "ok");
+  // 2*4*1000*1000 FLOPs in 1 ms.
+  EXPECT_EQ(j.at("flops").get<std::uint64_t>(), 8000000u);
+  EXPECT_NEAR(j.at("tflops").get<double>(), 8e6 / 1e-3 / 1e12, 1e-12);
+  const std::uint64_t bytes = 4ull * (1000 * 1000 + 4 * 1000 + 4 * 1000);
+  EXPECT_EQ(j.at("bytes").at("total").get<std::uint64_t>(), bytes);
+  EXPECT_NEAR(j.at("gbps").get<double>(), bytes / 1e-3 / 1e9, 1e-9);
+  // Intensity ~1.98 < ridge 10: memory-bound; fraction = achieved / (I*W).
+  EXPECT_EQ(j.at("bound"), "memory");
+  const double I = 8e6 / bytes;
+  EXPECT_NEAR(j.at("fraction_of_roofline").get<double>(), (8e6 / 1e-3) / (I * 1e11), 1e-9);
+  EXPECT_EQ(j.at("roofline").at("bandwidth_ceiling_source"), "measured");
+  EXPECT_DOUBLE_EQ(j.at("time").at("median_s").get<double>(), 1e-3);
+}
+
+TEST(Stats, MedianAndSpread) {
+  const auto s = stats_of({3, 1, 2, 10});
+  EXPECT_DOUBLE_EQ(s.median, 2.5);
+  EXPECT_DOUBLE_EQ(s.min, 1);
+  EXPECT_DOUBLE_EQ(s.max, 10);
+  EXPECT_DOUBLE_EQ(s.mean, 4);
+  EXPECT_EQ(s.count, 4u);
+  EXPECT_GT(s.cv, 0);
+}

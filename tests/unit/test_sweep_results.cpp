@@ -1,0 +1,143 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "backend.hpp"
+#include "phasebench/error.hpp"
+#include "results.hpp"
+#include "summary.hpp"
+#include "sweep.hpp"
+
+using namespace phasebench;
+namespace fs = std::filesystem;
+
+TEST(Sweep, SizeLists) {
+  EXPECT_EQ(parse_size_list("1,2,4", "--x"), (std::vector<std::uint64_t>{1, 2, 4}));
+  EXPECT_EQ(parse_size_list("1..16", "--x"), (std::vector<std::uint64_t>{1, 2, 4, 8, 16}));
+  EXPECT_EQ(parse_size_list("64-256,3", "--x"), (std::vector<std::uint64_t>{3, 64, 128, 256}));
+  EXPECT_THROW(parse_size_list("", "--x"), InputError);
+  EXPECT_THROW(parse_size_list("0", "--x"), InputError);
+  EXPECT_THROW(parse_size_list("-4", "--x"), InputError);
+  EXPECT_THROW(parse_size_list("16..1", "--x"), InputError);
+  EXPECT_THROW(parse_size_list("abc", "--x"), InputError);
+  EXPECT_THROW(parse_size_list("99999999999999999999999", "--x"), InputError);
+  EXPECT_EQ(parse_shape("1,2,3").N, 2u);
+  EXPECT_EQ(parse_shape("4096x8192x128").K, 128u);
+  EXPECT_THROW(parse_shape("1,2"), InputError);
+  EXPECT_THROW(parse_shape("1,2,3,4"), InputError);
+}
+
+TEST(Sweep, NamesReadAsPathsAndCarryStructuredParameters) {
+  auto b = make_cpu_backend();
+  SweepConfig c;
+  c.decode_batches = {1, 32};
+  c.groups = {"decode_linear", "decode_attention"};
+  apply_defaults(c, *b);
+  const auto pts = build_sweep(c, *b);
+  bool saw_own = false, saw_blas32 = false, saw_own32 = false, saw_paged = false;
+  for (const auto& p : pts) {
+    if (p.name == "decode/gemv/llama-3.1-8b.down_proj/fp32/batch:1/impl:own") {
+      saw_own = true;
+      EXPECT_EQ(p.phase, "decode");
+      EXPECT_EQ(p.target, "down_proj");
+      EXPECT_EQ(p.args.at("batch"), 1u);
+      EXPECT_EQ(p.request.linear.N, 4096u);
+      EXPECT_EQ(p.request.linear.K, 14336u);
+    }
+    if (p.name == "decode/gemv/llama-3.1-8b.down_proj/fp32/batch:32/impl:blas") saw_blas32 = true;
+    if (p.name == "decode/gemv/llama-3.1-8b.down_proj/fp32/batch:32/impl:own") saw_own32 = true;
+    if (p.op == "attention_paged") {
+      saw_paged = true;
+      EXPECT_EQ(p.args.at("page_size"), 16u);
+      EXPECT_NE(p.name.find("/page:16"), std::string::npos);
+    }
+  }
+  EXPECT_TRUE(saw_own);
+  EXPECT_TRUE(saw_blas32);
+  EXPECT_FALSE(saw_own32);  // the own GEMV is for batch <= 16
+  EXPECT_TRUE(saw_paged);
+}
+
+TEST(Sweep, BadConfig) {
+  auto b = make_cpu_backend();
+  SweepConfig c;
+  c.groups = {"decode_everything"};
+  apply_defaults(c, *b);
+  EXPECT_THROW(build_sweep(c, *b), InputError);
+  c.groups.clear();
+  c.page_size = 10;
+  EXPECT_THROW(build_sweep(c, *b), InputError);
+  c.page_size = 16;
+  c.models = {"no-such-model"};
+  EXPECT_THROW(build_sweep(c, *b), InputError);
+}
+
+TEST(Results, FileIsValidJsonFromTheStart) {
+  const auto dir = fs::temp_directory_path() / "phasebench-results-test";
+  fs::remove_all(dir);
+  const auto path = (dir / "sub" / "r.json").string();
+  ResultsFile f(path, {{"backend", "cpu"}});
+  auto j = load_results(path);
+  EXPECT_EQ(j.at("context").at("phasebench").at("complete"), false);
+  EXPECT_EQ(j.at("benchmarks").size(), 0u);
+  f.add({{"name", "x"}, {"real_time", 1.0}});
+  f.write();
+  EXPECT_EQ(load_results(path).at("benchmarks").size(), 1u);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  fs::remove_all(dir);
+}
+
+TEST(Results, UnwritablePathIsReportedBeforeRunning) {
+  EXPECT_THROW(ResultsFile("/proc/phasebench/r.json", nlohmann::json::object()), InputError);
+  EXPECT_THROW(ResultsFile(fs::temp_directory_path().string(), nlohmann::json::object()), InputError);  // a folder
+}
+
+TEST(Results, LoadRejectsBadFiles) {
+  const auto dir = fs::temp_directory_path() / "phasebench-bad-results";
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  auto msg = [](const std::string& p) {
+    try {
+      load_results(p);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(msg(write("trunc.json", "{\"context\": {\"phasebench\": {")).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(msg(write("gb.json", R"({"context": {}, "benchmarks": []})")).find("plain Google Benchmark"), std::string::npos);
+  EXPECT_NE(msg(write("v9.json", R"({"context": {"phasebench": {"schema_version": 9}}, "benchmarks": []})")).find("schema version 9"),
+            std::string::npos);
+  EXPECT_NE(msg((dir / "missing.json").string()).find("cannot read"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Summary, BestMedianAndCrossing) {
+  // Three synthetic gemv points of one layer (N=K=1024, fp32) on P=100 GF/s, W=10 GB/s (ridge 10).
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 1}}}}}, {"benchmarks", nlohmann::json::array()}};
+  auto add = [&](std::uint64_t M, double t, double frac) {
+    const double flops = 2.0 * M * 1024 * 1024, bytes = 4.0 * (1024 * 1024 + 2 * M * 1024);
+    doc["benchmarks"].push_back(
+        {{"name", "x"},
+         {"run_type", "iteration"},
+         {"phasebench",
+          {{"phase", "decode"}, {"op", "gemv"}, {"model", "m"}, {"target", "down_proj"}, {"dtype", "fp32"},
+           {"status", "ok"}, {"shape", {{"M", M}, {"N", 1024}, {"K", 1024}}}, {"flops", flops},
+           {"bytes", {{"total", bytes}}}, {"time", {{"median_s", t}}},
+           {"roofline", {{"fraction_of_roofline", frac}, {"peak_flops_per_s", 100e9}, {"bandwidth_bytes_per_s", 10e9},
+                         {"bandwidth_ceiling_source", "measured"}}}}}});
+  };
+  add(1, 4.2e-4, 0.5);   // 5 GF/s = 5% of P; 10 GB/s-ish: memory side larger
+  add(16, 4.4e-4, 0.7);  // 76 GF/s = 76% of P; 9.8 GB/s = 98% of W: still memory side
+  add(64, 1.4e-3, 0.9);  // 96 GF/s = 96% of P, 3.4 GB/s: compute side
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("90.0%"), std::string::npos);  // best
+  EXPECT_NE(s.find("70.0%"), std::string::npos);  // median
+  EXPECT_NE(s.find("m.down_proj fp32"), std::string::npos);
+  // measured crossing 64; predicted: first M with 2M*1024^2 / (4*(1024^2 + 2048 M)) >= 10 -> M = 21.
+  EXPECT_NE(s.find("64         21"), std::string::npos) << s;
+}
