@@ -46,7 +46,7 @@ std::string summarize(const nlohmann::json& results) {
   std::map<std::pair<std::string, std::string>, Group> groups;
   struct GemvPoint {
     std::uint64_t batch, N, K, e;
-    double time, flops_frac, bw_frac, ridge;
+    double time, flops_per_s, bytes_per_s, ridge;
   };
   std::map<std::string, std::map<std::uint64_t, GemvPoint>> gemv;  // key -> batch -> fastest point
   std::string ceiling_source;
@@ -66,8 +66,8 @@ std::string summarize(const nlohmann::json& results) {
       const double t = p.at("time").at("median_s").get<double>();
       const double P = r.at("peak_flops_per_s").get<double>(), W = r.at("bandwidth_bytes_per_s").get<double>();
       GemvPoint gp{sh.at("M").get<std::uint64_t>(), sh.at("N").get<std::uint64_t>(), sh.at("K").get<std::uint64_t>(),
-                   element_bytes(parse_dtype(p.value("dtype", "fp32"))), t,
-                   p.at("flops").get<double>() / t / P, p.at("bytes").at("total").get<double>() / t / W, P / W};
+                   element_bytes(parse_dtype(p.value("dtype", "fp32"))), t, p.at("flops").get<double>() / t,
+                   p.at("bytes").at("total").get<double>() / t, P / W};
       const std::string key = p.value("model", "") + "." + p.value("target", "") + " " + p.value("dtype", "");
       auto& slot = gemv[key];
       auto it = slot.find(gp.batch);
@@ -86,20 +86,30 @@ std::string summarize(const nlohmann::json& results) {
                        g.skipped, g.errors);
   }
   if (!gemv.empty()) {
-    out += "\ndecode linear layers: batch where points cross from memory-bound to compute-bound\n";
-    out += "  (measured: first batch whose fastest point uses a larger fraction of the compute ceiling than of the\n"
-           "   bandwidth ceiling; predicted: first batch whose intensity reaches the ridge P/W)\n";
-    out += fmt::format("  {:<36} {:>12} {:>10}\n", "layer", "measured", "predicted");
+    out += "\ndecode linear layers: batch where the layer crosses from memory-bound to compute-bound\n";
+    out += "  measured: where the intensity reaches P_eff/W_eff, the best FLOP/s and the best GB/s the layer\n"
+           "  achieved in this sweep (\"> B\" while the largest batch still moves 70% of W_eff);\n"
+           "  predicted: where the intensity reaches the ridge P/W of the ceilings.\n";
+    out += fmt::format("  {:<36} {:>16} {:>10}\n", "layer", "measured", "predicted");
     for (const auto& [key, pts] : gemv) {
-      std::string measured = fmt::format("> {}", pts.rbegin()->first);
-      for (const auto& [batch, gp] : pts)
-        if (gp.flops_frac > gp.bw_frac) {
-          measured = std::to_string(batch);
-          break;
-        }
+      double p_eff = 0, w_eff = 0;
+      for (const auto& [batch, gp] : pts) {
+        p_eff = std::max(p_eff, gp.flops_per_s);
+        w_eff = std::max(w_eff, gp.bytes_per_s);
+      }
+      const auto& last = pts.rbegin()->second;
       const auto& any = pts.begin()->second;
+      std::string measured;
+      if (pts.size() < 2) {
+        measured = "one batch only";
+      } else if (last.bytes_per_s >= 0.7 * w_eff) {
+        measured = fmt::format("> {}", last.batch);
+      } else {
+        const auto m = predicted_crossing(any.N, any.K, any.e, p_eff / w_eff);
+        measured = m ? std::to_string(m) : std::string("never");
+      }
       const auto pred = predicted_crossing(any.N, any.K, any.e, any.ridge);
-      out += fmt::format("  {:<36} {:>12} {:>10}\n", key, measured, pred ? std::to_string(pred) : std::string("never"));
+      out += fmt::format("  {:<36} {:>16} {:>10}\n", key, measured, pred ? std::to_string(pred) : std::string("never"));
     }
   }
   return out;
