@@ -10,6 +10,7 @@
 
 #include "common/numeric.hpp"
 #include "cpu/cpu_kernels.hpp"
+#include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
 
 namespace phasebench::cpu {
@@ -25,10 +26,6 @@ inline void decode_row(const T* src, float* dst, std::uint64_t D) {
     for (std::uint64_t d = 0; d < D; ++d) dst[d] = numeric::bits_float(static_cast<std::uint32_t>(src[d]) << 16);
   }
 }
-
-struct Fp16 {
-  std::uint16_t bits;
-};
 
 template <class T>
 void run(const DecodeAttentionArgs& a) {
@@ -56,14 +53,8 @@ void run(const DecodeAttentionArgs& a) {
         decode_row(q_all + (b * a.Hq + h * group + j) * D, qf.data() + j * D, D);
       // Pass 1: scores. Within a page (or the whole contiguous run) rows are adjacent.
       for (std::uint64_t l = 0; l < L; ++l) {
-        decode_row(row(k_all, b, h, l), kf.data(), D);
-        for (std::uint64_t j = 0; j < group; ++j) {
-          const float* qj = qf.data() + j * D;
-          float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-          for (std::uint64_t d = 0; d < D; ++d) dot += qj[d] * kf[d];
-          s[j * L + l] = dot * scale;
-        }
+        const T* k = row(k_all, b, h, l);
+        for (std::uint64_t j = 0; j < group; ++j) s[j * L + l] = simd::dot(k, qf.data() + j * D, D) * scale;
       }
       // Softmax per query head.
       for (std::uint64_t j = 0; j < group; ++j) {
@@ -80,12 +71,16 @@ void run(const DecodeAttentionArgs& a) {
       // Pass 2: weighted sum of V rows.
       std::fill(acc.begin(), acc.end(), 0.f);
       for (std::uint64_t l = 0; l < L; ++l) {
-        decode_row(row(v_all, b, h, l), kf.data(), D);
+        const float* v = kf.data();
+        if constexpr (sizeof(T) == 4)
+          v = row(v_all, b, h, l);
+        else
+          decode_row(row(v_all, b, h, l), kf.data(), D);
         for (std::uint64_t j = 0; j < group; ++j) {
           const float p = s[j * L + l];
           float* aj = acc.data() + j * D;
 #pragma omp simd
-          for (std::uint64_t d = 0; d < D; ++d) aj[d] += p * kf[d];
+          for (std::uint64_t d = 0; d < D; ++d) aj[d] += p * v[d];
         }
       }
       for (std::uint64_t j = 0; j < group; ++j) {

@@ -9,50 +9,42 @@
 
 #include "common/numeric.hpp"
 #include "cpu/cpu_kernels.hpp"
+#include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
 
 namespace phasebench::cpu {
 
 namespace {
 
-inline float load(const float* p, std::uint64_t i) { return p[i]; }
-inline float load_bf16(const std::uint16_t* p, std::uint64_t i) {
-  return numeric::bits_float(static_cast<std::uint32_t>(p[i]) << 16);
-}
-
 // Rows n0..n1 of W against M rows of X (already fp32). X rows go four at a time
-// so each weight element, once loaded, feeds four FMAs; W is streamed from
-// memory once and re-read from cache at most ceil(M/4) times.
-template <class WLoad, class WT>
+// so each weight vector, once loaded, feeds four FMAs; W is streamed from memory
+// once and re-read from cache at most ceil(M/4) times.
+template <class WT>
 void rows(const float* Xf, const WT* W, float* acc_out, std::uint64_t M, std::uint64_t n0, std::uint64_t n1,
-          std::uint64_t K, WLoad wload) {
+          std::uint64_t K) {
   const std::uint64_t nr = n1 - n0;
   for (std::uint64_t n = n0; n < n1; ++n) {
     const WT* w = W + n * K;
     std::uint64_t m = 0;
     for (; m + 4 <= M; m += 4) {
-      const float *x0 = Xf + m * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
-      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-      for (std::uint64_t k = 0; k < K; ++k) {
-        const float wk = wload(w, k);
-        a0 += wk * x0[k];
-        a1 += wk * x1[k];
-        a2 += wk * x2[k];
-        a3 += wk * x3[k];
-      }
-      acc_out[(m + 0) * nr + (n - n0)] = a0;
-      acc_out[(m + 1) * nr + (n - n0)] = a1;
-      acc_out[(m + 2) * nr + (n - n0)] = a2;
-      acc_out[(m + 3) * nr + (n - n0)] = a3;
+      const float* x0 = Xf + m * K;
+      float r[4];
+      simd::dot4(w, x0, x0 + K, x0 + 2 * K, x0 + 3 * K, K, r);
+      for (int i = 0; i < 4; ++i) acc_out[(m + static_cast<std::uint64_t>(i)) * nr + (n - n0)] = r[i];
     }
-    for (; m < M; ++m) {
-      const float* x = Xf + m * K;
-      float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-      for (std::uint64_t k = 0; k < K; ++k) acc += wload(w, k) * x[k];
-      acc_out[m * nr + (n - n0)] = acc;
-    }
+    for (; m < M; ++m) acc_out[m * nr + (n - n0)] = simd::dot(w, Xf + m * K, K);
+  }
+}
+
+// fp16 weights have no cheap widening on AVX2 without F16C plumbing; they take
+// the portable path (the CPU backend's fp16 is for completeness, not speed).
+void rows_fp16(const float* Xf, const std::uint16_t* W, float* acc_out, std::uint64_t M, std::uint64_t n0,
+               std::uint64_t n1, std::uint64_t K) {
+  const std::uint64_t nr = n1 - n0;
+  std::vector<float> wf(K);
+  for (std::uint64_t n = n0; n < n1; ++n) {
+    for (std::uint64_t k = 0; k < K; ++k) wf[k] = numeric::fp16_to_float(W[n * K + k]);
+    for (std::uint64_t m = 0; m < M; ++m) acc_out[m * nr + (n - n0)] = simd::dot(wf.data(), Xf + m * K, K);
   }
 }
 
@@ -81,14 +73,11 @@ void decode_gemv(const void* X, const void* W, void* Y, std::uint64_t M, std::ui
     for (std::uint64_t blk = 0; blk < blocks; ++blk) {
       const std::uint64_t n0 = blk * kRowsPerBlock, n1 = std::min(N, n0 + kRowsPerBlock), nr = n1 - n0;
       if (t == DType::fp32)
-        rows(Xf.data(), static_cast<const float*>(W), acc.data(), M, n0, n1, K,
-             [](const float* p, std::uint64_t i) { return load(p, i); });
+        rows(Xf.data(), static_cast<const float*>(W), acc.data(), M, n0, n1, K);
       else if (t == DType::bf16)
-        rows(Xf.data(), static_cast<const std::uint16_t*>(W), acc.data(), M, n0, n1, K,
-             [](const std::uint16_t* p, std::uint64_t i) { return load_bf16(p, i); });
+        rows(Xf.data(), static_cast<const std::uint16_t*>(W), acc.data(), M, n0, n1, K);
       else
-        rows(Xf.data(), static_cast<const std::uint16_t*>(W), acc.data(), M, n0, n1, K,
-             [](const std::uint16_t* p, std::uint64_t i) { return numeric::fp16_to_float(p[i]); });
+        rows_fp16(Xf.data(), static_cast<const std::uint16_t*>(W), acc.data(), M, n0, n1, K);
       for (std::uint64_t m = 0; m < M; ++m)
         for (std::uint64_t j = 0; j < nr; ++j) {
           const float v = acc[m * nr + j];

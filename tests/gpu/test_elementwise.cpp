@@ -114,7 +114,7 @@ TEST_P(Elementwise, UnsupportedShapesThrow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, Elementwise, ::testing::Values(DType::bf16, DType::fp16),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+                         [](const ::testing::TestParamInfo<DType>& p) { return std::string(to_string(p.param)); });
 
 }  // namespace
 }  // namespace phasebench

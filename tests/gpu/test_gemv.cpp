@@ -4,6 +4,7 @@
 // corrupted output that verification must catch. Skips where no GPU is present.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 
 #include "backend.hpp"
@@ -31,6 +32,8 @@ struct GemvCase {
   DType dtype;
   std::uint64_t M;
 };
+
+void PrintTo(const GemvCase& c, std::ostream* os) { *os << to_string(c.dtype) << " M=" << c.M; }
 
 class DecodeGemvEveryBatch : public test::CudaContextTest, public ::testing::WithParamInterface<GemvCase> {};
 
@@ -152,7 +155,9 @@ TEST(DecodeGemvBackend, ThroughTheBackendSeam) {
     const Sample s = backend->time(*op, TimingOptions{cold, "test/decode_gemv"});
     EXPECT_GT(s.seconds, 0.0);
     EXPECT_GE(s.runs, 1u);
-    if (cold) EXPECT_EQ(s.runs, 1u) << "cold-cache samples time one launch";
+    if (cold) {
+      EXPECT_EQ(s.runs, 1u) << "cold-cache samples time one launch";
+    }
   }
   EXPECT_NO_THROW(op->verify());  // still right after graph replays
   auto too_big = gemv_request(DType::bf16, 17, 64, 64);

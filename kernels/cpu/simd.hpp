@@ -1,0 +1,114 @@
+#pragma once
+// Inner loops of the CPU kernels. A plain `omp simd` reduction keeps one vector
+// accumulator, so it is bound by the FMA latency (8 floats per 4 cycles), well
+// under what two cores can stream; these keep four accumulators in flight.
+// AVX2+FMA when the compiler targets it (-march=native), portable loops otherwise.
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define PB_CPU_AVX2 1
+#endif
+
+namespace phasebench::cpu::simd {
+
+#ifdef PB_CPU_AVX2
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+// 8 bf16 -> 8 floats: widen to 32 bits and shift into the high half.
+inline __m256 load_bf16(const std::uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const std::uint16_t* p) { return load_bf16(p); }
+#endif
+
+inline float scalar(float v) { return v; }
+inline float scalar(std::uint16_t b) {
+  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// sum_k w[k] * x[k]; W is fp32 or bf16 (uint16_t), x fp32.
+template <class WT>
+inline float dot(const WT* w, const float* x, std::uint64_t K) {
+  std::uint64_t k = 0;
+  float r = 0.f;
+#ifdef PB_CPU_AVX2
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (; k + 32 <= K; k += 32) {
+    a0 = _mm256_fmadd_ps(load8(w + k), load8(x + k), a0);
+    a1 = _mm256_fmadd_ps(load8(w + k + 8), load8(x + k + 8), a1);
+    a2 = _mm256_fmadd_ps(load8(w + k + 16), load8(x + k + 16), a2);
+    a3 = _mm256_fmadd_ps(load8(w + k + 24), load8(x + k + 24), a3);
+  }
+  for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(load8(w + k), load8(x + k), a0);
+  r = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+#endif
+  for (; k < K; ++k) r += scalar(w[k]) * x[k];
+  return r;
+}
+
+// Four dot products of one weight row with four x rows: each weight vector
+// loaded once feeds four FMAs (four independent accumulators).
+template <class WT>
+inline void dot4(const WT* w, const float* x0, const float* x1, const float* x2, const float* x3, std::uint64_t K,
+                 float out[4]) {
+  std::uint64_t k = 0;
+  float r0 = 0.f, r1 = 0.f, r2 = 0.f, r3 = 0.f;
+#ifdef PB_CPU_AVX2
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (; k + 8 <= K; k += 8) {
+    const __m256 wv = load8(w + k);
+    a0 = _mm256_fmadd_ps(wv, load8(x0 + k), a0);
+    a1 = _mm256_fmadd_ps(wv, load8(x1 + k), a1);
+    a2 = _mm256_fmadd_ps(wv, load8(x2 + k), a2);
+    a3 = _mm256_fmadd_ps(wv, load8(x3 + k), a3);
+  }
+  r0 = hsum(a0);
+  r1 = hsum(a1);
+  r2 = hsum(a2);
+  r3 = hsum(a3);
+#endif
+  for (; k < K; ++k) {
+    const float wk = scalar(w[k]);
+    r0 += wk * x0[k];
+    r1 += wk * x1[k];
+    r2 += wk * x2[k];
+    r3 += wk * x3[k];
+  }
+  out[0] = r0;
+  out[1] = r1;
+  out[2] = r2;
+  out[3] = r3;
+}
+
+// XOR of n 64-bit words: a read whose reduction is never the bottleneck
+// (1-cycle latency), used to measure streaming-read bandwidth.
+inline std::uint64_t xor_reduce(const std::uint64_t* p, std::uint64_t n) {
+  std::uint64_t r = 0;
+  std::uint64_t i = 0;
+#ifdef PB_CPU_AVX2
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_xor_si256(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4)));
+    a2 = _mm256_xor_si256(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 8)));
+    a3 = _mm256_xor_si256(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 12)));
+  }
+  alignas(32) std::uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3)));
+  r = lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3];
+#endif
+  for (; i < n; ++i) r ^= p[i];
+  return r;
+}
+
+}  // namespace phasebench::cpu::simd

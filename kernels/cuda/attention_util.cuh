@@ -1,0 +1,57 @@
+#pragma once
+// Device helpers shared by the attention, KV-cache and elementwise kernels:
+// 16-bit element types as tags, 8-wide unpacking of a 16-byte vector, and
+// float -> storage encoding (round to nearest even, as numeric.hpp does).
+// CUDA-only (include from .cu files).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace phasebench::cuda {
+
+struct Bf16Tag {
+  using native = __nv_bfloat16;
+};
+struct Fp16Tag {
+  using native = __half;
+};
+
+__device__ __forceinline__ float to_float(Bf16Tag, std::uint16_t x) { return __uint_as_float(static_cast<unsigned>(x) << 16); }
+__device__ __forceinline__ float to_float(Fp16Tag, std::uint16_t x) { return __half2float(__ushort_as_half(x)); }
+
+template <class Tag>
+__device__ __forceinline__ float decode(std::uint16_t x) {
+  return to_float(Tag{}, x);
+}
+
+__device__ __forceinline__ std::uint16_t from_float(Bf16Tag, float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ std::uint16_t from_float(Fp16Tag, float v) { return __half_as_ushort(__float2half_rn(v)); }
+
+template <class Tag>
+__device__ __forceinline__ std::uint16_t encode(float v) {
+  return from_float(Tag{}, v);
+}
+
+// Eight 16-bit elements of a 16-byte vector (element 0 in the low half of .x) to floats.
+template <class Tag>
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = decode<Tag>(static_cast<std::uint16_t>(w[i] & 0xffffu));
+    f[2 * i + 1] = decode<Tag>(static_cast<std::uint16_t>(w[i] >> 16));
+  }
+}
+
+// Eight floats to a 16-byte vector of 16-bit elements.
+template <class Tag>
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+  unsigned w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = static_cast<unsigned>(encode<Tag>(f[2 * i])) | (static_cast<unsigned>(encode<Tag>(f[2 * i + 1])) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+}  // namespace phasebench::cuda

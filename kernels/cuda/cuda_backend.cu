@@ -1,0 +1,494 @@
+// The CUDA backend: device 0, one non-blocking stream, cuBLAS and cuBLASLt
+// handles bound to it, a 64 MiB cuBLASLt workspace; the device description,
+// the ceilings, the operations (linear through cuBLASLt or our decode GEMV;
+// attention and KV append from attention_ops.cu), CUDA-event timing and the
+// clocks read through NVML.
+#include <cuda_profiler_api.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "backend.hpp"
+#include "cuda/ceilings.hpp"
+#include "cuda/cuda_common.hpp"
+#include "cuda/decode_gemv.hpp"
+#include "cuda/linear_cublaslt.hpp"
+#include "cuda/nvml_clocks.hpp"
+#include "cuda/stream_read.hpp"
+#include "phasebench/error.hpp"
+#include "phasebench/nvtx.hpp"
+
+namespace phasebench {
+
+namespace cuda {
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = 64ull << 20;
+// A launch shorter than this is timed as a CUDA graph of many launches (hot
+// cache only, see CudaBackend::time), sized to last at least kGraphSeconds.
+constexpr double kShortLaunchSeconds = 20e-6;
+constexpr double kGraphSeconds = 200e-6;
+constexpr std::uint64_t kMaxGraphRuns = 1000;
+
+std::string slug_of(const std::string& name) {
+  std::string s;
+  for (unsigned char c : name) {
+    if (std::isalnum(c))
+      s += static_cast<char>(std::tolower(c));
+    else if (!s.empty() && s.back() != '-')
+      s += '-';
+  }
+  while (!s.empty() && s.back() == '-') s.pop_back();
+  return s.empty() ? "unknown-gpu" : s;
+}
+
+std::string version_string(int v) {  // 13000 -> "13.0"
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+std::string architecture_of(int major, int minor) {
+  const int cc = major * 10 + minor;
+  if (cc >= 100) return "blackwell";
+  if (cc == 90) return "hopper";
+  if (cc == 89) return "ada";
+  if (cc >= 80) return "ampere";
+  if (cc >= 75) return "turing";
+  if (cc >= 70) return "volta";
+  return "older";
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / double(1ull << 30));
+  return buf;
+}
+
+int attribute(cudaDeviceAttr a, int device, const char* name) {
+  int v = 0;
+  cudaError_t e = cudaDeviceGetAttribute(&v, a, device);
+  if (e != cudaSuccess) throw_cuda_error(e, name, __FILE__, __LINE__);
+  return v;
+}
+
+// What the backend hands out: the operation plus what timing learns about it
+// (whether one launch is too short to time alone, and the graph then used).
+class TimedOp final : public PreparedOp {
+ public:
+  explicit TimedOp(std::unique_ptr<PreparedOp> inner) : inner_(std::move(inner)) {}
+  ~TimedOp() override {
+    if (graph_) cudaGraphExecDestroy(graph_);
+  }
+  void run() override { inner_->run(); }
+  void verify() override { inner_->verify(); }
+
+  bool calibrated = false;
+  double single_seconds = 0;  // fastest hot single launch seen in calibration
+  bool short_launch = false;
+  std::uint64_t graph_runs = 0;
+  cudaGraphExec_t graph_ = nullptr;
+  std::string graph_problem;  // why no graph could be captured, when short
+
+ private:
+  std::unique_ptr<PreparedOp> inner_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) {
+    try {
+      start(device);
+    } catch (...) {
+      release();  // the destructor does not run for a constructor that throws
+      throw;
+    }
+  }
+
+  ~CudaBackend() override { release(); }
+
+  void start(int device) {
+    ctx_.device = device;
+    PB_CUDA_CHECK(cudaSetDevice(device));
+    read_device();
+    PB_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
+    PB_CUBLAS_CHECK(cublasCreate(&ctx_.cublas));
+    PB_CUBLAS_CHECK(cublasSetStream(ctx_.cublas, ctx_.stream));
+    PB_CUBLAS_CHECK(cublasLtCreate(&ctx_.cublaslt));
+    ctx_.workspace = DeviceBuffer(kWorkspaceBytes);
+    PB_CUBLAS_CHECK(cublasSetWorkspace(ctx_.cublas, ctx_.workspace.get(), ctx_.workspace.bytes()));
+    PB_CUDA_CHECK(cudaEventCreate(&start_));
+    PB_CUDA_CHECK(cudaEventCreate(&stop_));
+    sink_ = DeviceBuffer(sizeof(unsigned));
+    describe_device();
+  }
+
+  void release() noexcept {
+    // Nothing here may throw; errors on teardown have no remedy.
+    if (stop_) cudaEventDestroy(stop_);
+    if (start_) cudaEventDestroy(start_);
+    if (ctx_.cublaslt) cublasLtDestroy(ctx_.cublaslt);
+    if (ctx_.cublas) cublasDestroy(ctx_.cublas);
+    if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
+    flush_ = DeviceBuffer();
+    sink_ = DeviceBuffer();
+    ctx_.workspace = DeviceBuffer();
+    if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
+    stop_ = start_ = nullptr;
+    ctx_.cublaslt = nullptr;
+    ctx_.cublas = nullptr;
+    ctx_.stream = nullptr;
+  }
+
+  const DeviceInfo& device() const override { return info_; }
+
+  Ceilings ceilings() const override {
+    // Measured first, so each pick among equals takes the read kernel's bandwidth.
+    Ceilings all;
+    for (const auto& c : measured_.bandwidth()) all.add_bandwidth(c);
+    for (const auto& [t, v] : measured_.compute())
+      for (const auto& c : v) all.add_compute(t, c);
+    if (info_.spec) {
+      const auto d = info_.spec->ceilings();
+      for (const auto& c : d.bandwidth()) all.add_bandwidth(c);
+      for (const auto& [t, v] : d.compute())
+        for (const auto& c : v) all.add_compute(t, c);
+    }
+    const auto th = theoretical_ceilings(facts_);
+    for (const auto& c : th.bandwidth()) all.add_bandwidth(c);
+    for (const auto& [t, v] : th.compute())
+      for (const auto& c : v) all.add_compute(t, c);
+    return all;
+  }
+
+  void measure_ceilings(const std::vector<DType>& dtypes) override {
+    // Once per process: bandwidth once, each dtype's GEMM once.
+    if (!bandwidth_measured_) {
+      measure_bandwidth(ctx_, facts_, measured_);
+      bandwidth_measured_ = true;
+    }
+    for (DType t : dtypes) {
+      if (gemm_tried_.count(t)) continue;
+      gemm_tried_.insert(t);
+      std::string why;
+      if (!measure_gemm(ctx_, t, measured_, &why)) info_.details["ceilings_not_measured"][std::string(to_string(t))] = why;
+    }
+  }
+
+  bool implements(OpKind kind, DType dtype, Impl impl) const override {
+    switch (kind) {
+      case OpKind::linear:
+        if (impl == Impl::own) return dtype == DType::bf16 || dtype == DType::fp16;
+        if (dtype == DType::fp8) return ctx_.cc_major * 10 + ctx_.cc_minor >= 89;
+        return dtype == DType::fp32 || dtype == DType::tf32 || dtype == DType::bf16 || dtype == DType::fp16;
+      case OpKind::decode_attention:
+      case OpKind::decode_attention_paged:
+      case OpKind::prefill_attention:
+      case OpKind::kv_append:
+      case OpKind::kv_append_paged: return attention_op_implemented(kind, dtype, impl);
+      case OpKind::elementwise: return false;
+    }
+    return false;
+  }
+
+  std::optional<std::string> cannot_run(const OpRequest& r) const override {
+    if (!implements(r.kind, r.dtype, r.impl)) {
+      std::string why = "the CUDA backend has no " + std::string(to_string(r.impl)) + " " + std::string(to_string(r.kind)) +
+                        " for " + std::string(to_string(r.dtype));
+      if (r.kind == OpKind::linear && r.dtype == DType::fp8 && r.impl == Impl::blas)
+        why += ": fp8 (e4m3) matmuls need compute capability 8.9 or newer; this device is " +
+               std::to_string(ctx_.cc_major) + "." + std::to_string(ctx_.cc_minor);
+      return why;
+    }
+    if (r.kind == OpKind::linear) {
+      if (r.impl == Impl::own) {
+        if (auto why = decode_gemv_unsupported(r.dtype, r.linear)) return why;
+      } else if (auto why = cublaslt_linear_unsupported(r.dtype, r.linear, ctx_.cc_major, ctx_.cc_minor)) {
+        return why;
+      }
+    }
+    std::uint64_t need = 0;
+    try {
+      need = r.footprint_bytes();
+    } catch (const std::exception& e) {
+      return std::string("size: ") + e.what();
+    }
+    if (r.kind == OpKind::linear) {
+      // fp8's output is bf16 (the request's cost counts it at 1 byte); the GEMV adds fp32 accumulators.
+      const std::uint64_t out_e = element_bytes(linear_output_type(r.dtype)), in_e = element_bytes(r.dtype);
+      if (out_e > in_e) need += r.linear.M * r.linear.N * (out_e - in_e);
+      if (r.impl == Impl::own) need += r.linear.M * r.linear.N * sizeof(float);
+    }
+    need += kWorkspaceBytes;  // head-room for the flush buffer and library scratch
+    const std::size_t free_b = ctx_.free_bytes();
+    if (static_cast<double>(need) > 0.9 * static_cast<double>(free_b))
+      return "needs " + gib(static_cast<double>(need)) + " GiB, device has " + gib(static_cast<double>(free_b)) +
+             " GiB free";
+    return std::nullopt;
+  }
+
+  std::unique_ptr<PreparedOp> prepare(const OpRequest& r) override {
+    if (auto why = cannot_run(r)) throw Unsupported(*why);
+    std::unique_ptr<PreparedOp> op;
+    switch (r.kind) {
+      case OpKind::linear:
+        op = r.impl == Impl::own ? make_decode_gemv_op(ctx_, r) : make_cublaslt_linear_op(ctx_, r);
+        break;
+      case OpKind::decode_attention:
+      case OpKind::decode_attention_paged:
+      case OpKind::prefill_attention:
+      case OpKind::kv_append:
+      case OpKind::kv_append_paged: op = make_attention_op(ctx_, r); break;
+      case OpKind::elementwise: throw Unsupported("the CUDA backend has no elementwise benchmarks");
+    }
+    return std::make_unique<TimedOp>(std::move(op));
+  }
+
+  // Timing. Cold cache (the default): before the sample, outside the events, a
+  // read of a buffer 4x the L2 evicts the op's data (reading, so the op does
+  // not pay to write back dirty lines), then ONE launch is timed, even when it
+  // is short: a graph of N launches would make launches 2..N hot for any op
+  // whose data fits in L2, which is exactly the small memory-bound case. The
+  // cost is the events' resolution (about 0.5 us) on launches under 20 us.
+  // Hot cache: short launches (< 20 us, measured once per op) are timed as one
+  // launch of a CUDA graph of N back-to-back launches (N so the graph lasts
+  // >= 200 us, at most 1000), and the sample is the graph's time / N.
+  Sample time(PreparedOp& op_in, const TimingOptions& opts) override {
+    auto& op = as_timed(op_in);
+    if (!op.calibrated) calibrate(op);
+    const bool use_graph = !opts.cold_cache && op.short_launch && op.graph_;
+    if (opts.cold_cache) flush_l2();
+    {
+      auto range = nvtx_range(opts.range_name);
+      PB_CUDA_CHECK(cudaEventRecord(start_, ctx_.stream));
+      if (use_graph)
+        PB_CUDA_CHECK(cudaGraphLaunch(op.graph_, ctx_.stream));
+      else
+        op.run();
+      PB_CUDA_CHECK(cudaEventRecord(stop_, ctx_.stream));
+    }
+    PB_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    PB_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    Sample s;
+    s.runs = use_graph ? op.graph_runs : 1;
+    s.seconds = static_cast<double>(ms) * 1e-3 / static_cast<double>(s.runs);
+    sample_clocks();  // outside the timed region
+    return s;
+  }
+
+  void profile(PreparedOp& op_in, const std::string& range_name) override {
+    auto& op = as_timed(op_in);
+    // One untimed launch first, so module loading and first-touch costs stay
+    // outside the captured region.
+    op.run();
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    PB_CUDA_CHECK(cudaProfilerStart());
+    {
+      auto range = nvtx_range(range_name);
+      op.run();
+      PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    }
+    PB_CUDA_CHECK(cudaProfilerStop());
+  }
+
+  nlohmann::json clocks() const override {
+    nlohmann::json j = NvmlClocks::to_json(nvml_->read());
+    if (clocks_seen_) {
+      j["seen_since_start"] = {{"sm_mhz_min", sm_min_}, {"sm_mhz_max", sm_max_},
+                               {"memory_mhz_min", mem_min_}, {"memory_mhz_max", mem_max_}};
+    }
+    return j;
+  }
+
+  bool throttled_since_last_check() override {
+    const bool t = throttled_;
+    throttled_ = false;
+    return t;
+  }
+
+ private:
+  TimedOp& as_timed(PreparedOp& op) {
+    auto* t = dynamic_cast<TimedOp*>(&op);
+    if (!t) throw InputError("CudaBackend: this operation was not prepared by the CUDA backend");
+    return *t;
+  }
+
+  // Warm-up, and whether one launch is short enough to need a graph (hot cache).
+  void calibrate(TimedOp& op) {
+    op.calibrated = true;
+    op.run();
+    op.run();
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      PB_CUDA_CHECK(cudaEventRecord(start_, ctx_.stream));
+      op.run();
+      PB_CUDA_CHECK(cudaEventRecord(stop_, ctx_.stream));
+      PB_CUDA_CHECK(cudaEventSynchronize(stop_));
+      float ms = 0;
+      PB_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+      best = std::min(best, static_cast<double>(ms) * 1e-3);
+    }
+    op.single_seconds = best;
+    op.short_launch = best < kShortLaunchSeconds;
+    if (!op.short_launch) return;
+    op.graph_runs = std::min<std::uint64_t>(
+        kMaxGraphRuns, std::max<std::uint64_t>(2, static_cast<std::uint64_t>(std::ceil(kGraphSeconds / std::max(best, 1e-7)))));
+    capture_graph(op);
+  }
+
+  void capture_graph(TimedOp& op) {
+    cudaGraph_t graph = nullptr;
+    PB_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      for (std::uint64_t i = 0; i < op.graph_runs; ++i) op.run();
+    } catch (const std::exception& e) {
+      // Leave the stream usable: end (and discard) the broken capture.
+      cudaStreamEndCapture(ctx_.stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      op.graph_problem = std::string("stream capture failed: ") + e.what();
+      op.graph_runs = 0;
+      return;
+    }
+    PB_CUDA_CHECK(cudaStreamEndCapture(ctx_.stream, &graph));
+    cudaError_t e = cudaGraphInstantiate(&op.graph_, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) throw_cuda_error(e, "cudaGraphInstantiate", __FILE__, __LINE__);
+    PB_CUDA_CHECK(cudaGraphUpload(op.graph_, ctx_.stream));
+    PB_CUDA_CHECK(cudaGraphLaunch(op.graph_, ctx_.stream));  // warm-up of the graph itself
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  }
+
+  void flush_l2() {
+    if (!flush_.get()) {
+      // 4x the L2 (at least 2x is needed; the replacement policy is not exactly LRU).
+      const std::size_t bytes = std::max<std::size_t>(4 * info_.cache_bytes, 16ull << 20) / 16 * 16;
+      flush_ = DeviceBuffer(bytes);
+      PB_CUDA_CHECK(cudaMemsetAsync(flush_.get(), 0x3c, bytes, ctx_.stream));
+    }
+    stream_read(flush_.get(), flush_.bytes(), sink_.as<unsigned>(), ctx_.sm_count, ctx_.stream);
+  }
+
+  void sample_clocks() {
+    const auto r = nvml_->read();
+    if (!r.ok) return;
+    if (!clocks_seen_) {
+      sm_min_ = sm_max_ = r.sm_mhz;
+      mem_min_ = mem_max_ = r.memory_mhz;
+      clocks_seen_ = true;
+    }
+    sm_min_ = std::min(sm_min_, r.sm_mhz);
+    sm_max_ = std::max(sm_max_, r.sm_mhz);
+    mem_min_ = std::min(mem_min_, r.memory_mhz);
+    mem_max_ = std::max(mem_max_, r.memory_mhz);
+    if (r.reasons_ok && NvmlClocks::is_throttling(r.reasons)) throttled_ = true;
+  }
+
+  void read_device() {
+    const int d = ctx_.device;
+    cudaDeviceProp prop{};
+    PB_CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
+    info_.backend = "cuda";
+    info_.name = prop.name;
+    info_.slug = slug_of(info_.name);
+    info_.memory_bytes = prop.totalGlobalMem;
+    facts_.cc_major = ctx_.cc_major = attribute(cudaDevAttrComputeCapabilityMajor, d, "cudaDevAttrComputeCapabilityMajor");
+    facts_.cc_minor = ctx_.cc_minor = attribute(cudaDevAttrComputeCapabilityMinor, d, "cudaDevAttrComputeCapabilityMinor");
+    facts_.sm_count = ctx_.sm_count = attribute(cudaDevAttrMultiProcessorCount, d, "cudaDevAttrMultiProcessorCount");
+    facts_.sm_clock_khz = attribute(cudaDevAttrClockRate, d, "cudaDevAttrClockRate");
+    facts_.memory_clock_khz = attribute(cudaDevAttrMemoryClockRate, d, "cudaDevAttrMemoryClockRate");
+    facts_.memory_bus_width_bits = attribute(cudaDevAttrGlobalMemoryBusWidth, d, "cudaDevAttrGlobalMemoryBusWidth");
+    facts_.l2_bytes = static_cast<std::uint64_t>(attribute(cudaDevAttrL2CacheSize, d, "cudaDevAttrL2CacheSize"));
+    info_.cache_bytes = facts_.l2_bytes;
+    char bus[32] = {};
+    PB_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, d));
+    pci_bus_id_ = bus;
+    nvml_ = std::make_unique<NvmlClocks>(pci_bus_id_);
+  }
+
+  void describe_device() {
+    const int d = ctx_.device;
+    int driver = 0, runtime = 0, cublas_major = 0, cublas_minor = 0, cublas_patch = 0;
+    PB_CUDA_CHECK(cudaDriverGetVersion(&driver));
+    PB_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+    PB_CUBLAS_CHECK(cublasGetProperty(MAJOR_VERSION, &cublas_major));
+    PB_CUBLAS_CHECK(cublasGetProperty(MINOR_VERSION, &cublas_minor));
+    PB_CUBLAS_CHECK(cublasGetProperty(PATCH_LEVEL, &cublas_patch));
+    auto& j = info_.details;
+    j["compute_capability"] = std::to_string(facts_.cc_major) + "." + std::to_string(facts_.cc_minor);
+    j["architecture"] = architecture_of(facts_.cc_major, facts_.cc_minor);
+    j["sm_count"] = facts_.sm_count;
+    j["sm_clock_max_mhz"] = facts_.sm_clock_khz / 1000;
+    j["memory_clock_max_mhz"] = facts_.memory_clock_khz / 1000;
+    j["memory_bus_width_bits"] = facts_.memory_bus_width_bits;
+    j["memory_bytes"] = info_.memory_bytes;
+    j["l2_bytes"] = facts_.l2_bytes;
+    j["ecc_enabled"] = attribute(cudaDevAttrEccEnabled, d, "cudaDevAttrEccEnabled") != 0;
+    j["pci_bus_id"] = pci_bus_id_;
+    j["driver_version"] = version_string(driver);
+    j["runtime_version"] = version_string(runtime);
+    j["cublas_version"] = std::to_string(cublas_major) + "." + std::to_string(cublas_minor) + "." +
+                          std::to_string(cublas_patch);
+    j["cublaslt_version"] = cublasLtGetVersion();
+    j["cublaslt_workspace_bytes"] = kWorkspaceBytes;
+    j["clocks"] = nvml_->available() ? "NVML (libnvidia-ml.so.1)" : nvml_->why_unavailable();
+    try {
+      info_.spec = GpuTable::load().match_driver_name(info_.name);
+    } catch (const std::exception& e) {
+      j["spec_table_error"] = e.what();
+    }
+    if (info_.spec)
+      j["spec"] = info_.spec->key;
+    else
+      j["spec"] = "unknown GPU: not in the spec table, no datasheet ceilings";
+  }
+
+  Context ctx_;
+  DeviceInfo info_;
+  DeviceFacts facts_;
+  std::string pci_bus_id_;
+  Ceilings measured_;
+  bool bandwidth_measured_ = false;
+  std::set<DType> gemm_tried_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  DeviceBuffer flush_, sink_;
+  std::unique_ptr<NvmlClocks> nvml_;
+  bool throttled_ = false;
+  bool clocks_seen_ = false;
+  unsigned sm_min_ = 0, sm_max_ = 0, mem_min_ = 0, mem_max_ = 0;
+};
+
+}  // namespace
+}  // namespace cuda
+
+bool cuda_backend_built() { return true; }
+
+std::unique_ptr<Backend> make_cuda_backend(std::string* why) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    if (why) *why = std::string("no CUDA device: cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
+    return nullptr;
+  }
+  if (count == 0) {
+    if (why) *why = "no CUDA device: cudaGetDeviceCount found none";
+    return nullptr;
+  }
+  try {
+    auto b = std::make_unique<cuda::CudaBackend>(0);
+    if (why)
+      *why = "CUDA device 0 of " + std::to_string(count) + ": " + b->device().name + " (compute capability " +
+             b->device().details.at("compute_capability").get<std::string>() + ")";
+    return b;
+  } catch (const std::exception& ex) {
+    if (why) *why = std::string("a CUDA device is present but the CUDA backend could not start: ") + ex.what();
+    return nullptr;
+  }
+}
+
+}  // namespace phasebench

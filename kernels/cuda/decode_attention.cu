@@ -1,0 +1,406 @@
+#include "cuda/decode_attention.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <type_traits>
+
+#include "cuda/cuda_common.hpp"
+#include "cuda/attention_util.cuh"
+#include "phasebench/error.hpp"
+
+namespace phasebench::cuda {
+
+namespace {
+
+// 4 warps per CTA. Each warp splits into lane groups of D/8 lanes; a lane
+// group holds one token's row (16-byte vectors along D, 8 elements per lane),
+// so a warp has 32/(D/8) tokens in flight per step (4, 2 or 1) and each lane
+// group issues U tokens' K and V loads before it uses any of them.
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+
+// KV row addressing: element offset of token t of (batch b, kv head h).
+template <int D>
+struct ContiguousKV {
+  int Hkv, L;
+  __device__ __forceinline__ std::size_t row(int b, int h, int t) const {
+    return ((static_cast<std::size_t>(b) * Hkv + h) * L + t) * D;
+  }
+};
+
+template <int D>
+struct PagedKV {
+  const std::int32_t* __restrict__ block_table;
+  int Hkv, page_size, pages_per_seq;
+  __device__ __forceinline__ std::size_t row(int b, int h, int t) const {
+    const int page = __ldg(block_table + static_cast<std::size_t>(b) * pages_per_seq + t / page_size);
+    return ((static_cast<std::size_t>(page) * Hkv + h) * page_size + t % page_size) * D;
+  }
+};
+
+template <class Tag, int D, int GT, int U, class KV>
+__global__ void __launch_bounds__(kThreads)
+    decode_attention_kernel(const std::uint16_t* __restrict__ q, std::uint16_t* __restrict__ out,
+                            const std::uint16_t* __restrict__ kc, const std::uint16_t* __restrict__ vc, KV kv,
+                            float* __restrict__ part, int Hq, int Hkv, int G, int L, int chunk, int splits,
+                            float qscale) {
+  constexpr int LPT = D / 8;        // lanes per token: 8, 16, 32
+  constexpr int TPW = 32 / LPT;     // tokens per warp per step: 4, 2, 1
+  constexpr int NG = kWarps * TPW;  // lane groups per CTA
+  constexpr int STEP = NG * U;      // tokens per CTA per iteration
+  constexpr float kNegInf = -INFINITY;
+
+  const int split = blockIdx.x;
+  const int kvh = blockIdx.y % Hkv;
+  const int hchunk = blockIdx.y / Hkv;
+  const int b = blockIdx.z;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int sub = lane % LPT;              // which 8 elements of D
+  const int gi = warp * TPW + lane / LPT;  // lane group in the CTA
+  const int t0 = split * chunk;
+  const int t1 = min(L, t0 + chunk);
+  const int g0 = hchunk * GT;  // first head of this chunk within the group
+  const int hq0 = kvh * G + g0;
+
+  // The group's queries, pre-scaled by scale*log2(e): scores are in the log2 domain.
+  float qf[GT][8];
+#pragma unroll
+  for (int g = 0; g < GT; ++g) {
+    if (g0 + g < G) {
+      const uint4 u =
+          __ldg(reinterpret_cast<const uint4*>(q + (static_cast<std::size_t>(b) * Hq + hq0 + g) * D) + sub);
+      unpack8<Tag>(u, qf[g]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) qf[g][i] *= qscale;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) qf[g][i] = 0.f;
+    }
+  }
+
+  float m[GT], l[GT], acc[GT][8];
+#pragma unroll
+  for (int g = 0; g < GT; ++g) {
+    m[g] = kNegInf;
+    l[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
+  }
+
+  // The loop bounds are uniform across the CTA, so every lane reaches the shuffles.
+  for (int base = t0; base < t1; base += STEP) {
+    uint4 kr[U], vr[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int t = base + u * NG + gi;
+      if (t < t1) {
+        const std::size_t off = kv.row(b, kvh, t) + static_cast<std::size_t>(sub) * 8;
+        kr[u] = __ldg(reinterpret_cast<const uint4*>(kc + off));
+        vr[u] = __ldg(reinterpret_cast<const uint4*>(vc + off));
+      } else {
+        kr[u] = make_uint4(0, 0, 0, 0);
+        vr[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    float s[U][GT];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[8];
+      unpack8<Tag>(kr[u], kf);
+#pragma unroll
+      for (int g = 0; g < GT; ++g) {
+        float d = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) d = fmaf(qf[g][i], kf[i], d);
+        s[u][g] = d;
+      }
+    }
+    // Sum the partial dot products over the LPT lanes of each token.
+#pragma unroll
+    for (int o = LPT / 2; o > 0; o >>= 1)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int g = 0; g < GT; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (base + u * NG + gi >= t1)
+#pragma unroll
+        for (int g = 0; g < GT; ++g) s[u][g] = kNegInf;
+
+    // Online softmax: new running max, rescale the old state, add this step's tokens.
+#pragma unroll
+    for (int g = 0; g < GT; ++g) {
+      float mx = m[g];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mx = fmaxf(mx, s[u][g]);
+      const bool empty = (mx == kNegInf);  // no valid token seen yet by this lane group
+      const float alpha = empty ? 1.f : exp2f(m[g] - mx);
+      m[g] = mx;
+      l[g] *= alpha;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[g][i] *= alpha;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        s[u][g] = empty ? 0.f : exp2f(s[u][g] - mx);  // masked tokens: exp2(-inf) = 0
+        l[g] += s[u][g];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float vf[8];
+      unpack8<Tag>(vr[u], vf);
+#pragma unroll
+      for (int g = 0; g < GT; ++g)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(s[u][g], vf[i], acc[g][i]);
+    }
+  }
+
+  // Merge the lane groups of a warp (a butterfly: afterwards every group holds the merge).
+#pragma unroll
+  for (int o = LPT; o < 32; o <<= 1) {
+#pragma unroll
+    for (int g = 0; g < GT; ++g) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
+      const float lo = __shfl_xor_sync(0xffffffffu, l[g], o);
+      const float mn = fmaxf(m[g], mo);
+      const float a = (mn == kNegInf) ? 0.f : exp2f(m[g] - mn);
+      const float c = (mn == kNegInf) ? 0.f : exp2f(mo - mn);
+      m[g] = mn;
+      l[g] = l[g] * a + lo * c;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float ao = __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+        acc[g][i] = acc[g][i] * a + ao * c;
+      }
+    }
+  }
+
+  // Merge the warps through shared memory.
+  __shared__ float sm_m[kWarps][GT];
+  __shared__ float sm_l[kWarps][GT];
+  __shared__ __align__(16) float sm_acc[kWarps][GT][D];
+  if (lane < LPT) {  // lane group 0 of each warp; sub == lane here
+#pragma unroll
+    for (int g = 0; g < GT; ++g) {
+      if (sub == 0) {
+        sm_m[warp][g] = m[g];
+        sm_l[warp][g] = l[g];
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sm_acc[warp][g][sub * 8 + i] = acc[g][i];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < GT * D; idx += kThreads) {
+    const int g = idx / D;
+    const int d = idx % D;
+    if (g0 + g >= G) continue;
+    float M = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w][g]);
+    float Ls = 0.f, A = 0.f;
+    if (M != kNegInf) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(sm_m[w][g] - M);
+        Ls += sm_l[w][g] * f;
+        A += sm_acc[w][g][d] * f;
+      }
+    }
+    const std::size_t row = static_cast<std::size_t>(b) * Hq + hq0 + g;
+    const float o = Ls > 0.f ? A / Ls : 0.f;
+    if (splits == 1) {
+      out[row * D + d] = encode<Tag>(o);
+    } else {
+      float* po = part + (row * splits + split) * (D + 1);
+      po[1 + d] = o;
+      if (d == 0) po[0] = Ls > 0.f ? M + log2f(Ls) : kNegInf;  // log2-sum-exp2 of this split's scores
+    }
+  }
+}
+
+// Combine the splits of one (batch, query head): out = sum_i 2^(lse_i - M) o_i / sum_i 2^(lse_i - M).
+template <class Tag>
+__global__ void decode_reduce_kernel(const float* __restrict__ part, std::uint16_t* __restrict__ out, int splits,
+                                     int D) {
+  extern __shared__ float w[];  // [splits]
+  const std::size_t row = blockIdx.x;
+  const float* p = part + row * splits * (D + 1);
+  float M = -INFINITY;
+  for (int i = 0; i < splits; ++i) M = fmaxf(M, p[static_cast<std::size_t>(i) * (D + 1)]);
+  for (int i = threadIdx.x; i < splits; i += blockDim.x) {
+    const float lse = p[static_cast<std::size_t>(i) * (D + 1)];
+    w[i] = (M == -INFINITY || lse == -INFINITY) ? 0.f : exp2f(lse - M);
+  }
+  __syncthreads();
+  float W = 0.f;
+  for (int i = 0; i < splits; ++i) W += w[i];
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float a = 0.f;
+    for (int i = 0; i < splits; ++i) a = fmaf(w[i], p[static_cast<std::size_t>(i) * (D + 1) + 1 + d], a);
+    out[row * D + d] = encode<Tag>(W > 0.f ? a / W : 0.f);
+  }
+}
+
+template <int N>
+using IC = std::integral_constant<int, N>;
+template <bool B>
+using BC = std::integral_constant<bool, B>;
+
+// Calls f(tag, IC<D>, IC<GT>, BC<paged>) for the run-time choices.
+template <class F>
+void dispatch(DType dtype, int D, int GT, bool paged, F&& f) {
+  auto by_gt = [&](auto tag, auto d, auto pg) {
+    switch (GT) {
+      case 1: f(tag, d, IC<1>{}, pg); return;
+      case 2: f(tag, d, IC<2>{}, pg); return;
+      case 4: f(tag, d, IC<4>{}, pg); return;
+      case 8: f(tag, d, IC<8>{}, pg); return;
+      default: throw std::logic_error("decode attention: heads per CTA must be 1, 2, 4 or 8");
+    }
+  };
+  auto by_paged = [&](auto tag, auto d) {
+    if (paged)
+      by_gt(tag, d, BC<true>{});
+    else
+      by_gt(tag, d, BC<false>{});
+  };
+  auto by_d = [&](auto tag) {
+    switch (D) {
+      case 64: by_paged(tag, IC<64>{}); return;
+      case 128: by_paged(tag, IC<128>{}); return;
+      case 256: by_paged(tag, IC<256>{}); return;
+      default: throw Unsupported("decode attention: head_dim " + std::to_string(D) + " is not supported; use 64, 128 or 256");
+    }
+  };
+  switch (dtype) {
+    case DType::bf16: by_d(Bf16Tag{}); return;
+    case DType::fp16: by_d(Fp16Tag{}); return;
+    default: throw Unsupported("decode attention: dtype " + std::string(to_string(dtype)) + " is not supported; use bf16 or fp16");
+  }
+}
+
+template <int GT>
+constexpr int tokens_per_step() {
+  return GT >= 8 ? 2 : 4;  // fewer tokens in flight per lane when 8 heads' state lives in registers
+}
+
+template <int D, bool Paged>
+using KvOf = std::conditional_t<Paged, PagedKV<D>, ContiguousKV<D>>;
+
+}  // namespace
+
+std::string decode_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool paged,
+                                         long long page_size) {
+  if (dtype != DType::bf16 && dtype != DType::fp16)
+    return "decode attention: dtype " + std::string(to_string(dtype)) + " is not supported on CUDA; use bf16 or fp16";
+  if (D != 64 && D != 128 && D != 256)
+    return "decode attention: head_dim " + std::to_string(D) + " is not supported; use 64, 128 or 256";
+  if (Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0)
+    return "decode attention: query heads (" + std::to_string(Hq) + ") must be a positive multiple of kv heads (" +
+           std::to_string(Hkv) + ")";
+  if (Hkv * decode_head_chunks(static_cast<int>(std::min<long long>(Hq / Hkv, 1 << 20))) > 65535)
+    return "decode attention: too many kv heads x head chunks for one grid dimension (at most 65535)";
+  if (paged && (page_size < 16 || page_size % 16 != 0))
+    return "decode attention: page size " + std::to_string(page_size) + " is not supported; use a multiple of 16";
+  return {};
+}
+
+int decode_heads_per_cta(int G) {
+  const int chunks = decode_head_chunks(G);
+  const int per = (G + chunks - 1) / chunks;
+  int gt = 1;
+  while (gt < per) gt <<= 1;
+  return gt;  // <= 8 by construction of decode_head_chunks
+}
+
+int decode_head_chunks(int G) { return G <= 8 ? 1 : (G + 7) / 8; }
+
+int decode_attention_ctas_per_sm(DType dtype, int D, int G, bool paged) {
+  int n = 0;
+  dispatch(dtype, D, decode_heads_per_cta(G), paged, [&](auto tag, auto d, auto gt, auto pg) {
+    constexpr int Dv = decltype(d)::value;
+    constexpr int GTv = decltype(gt)::value;
+    PB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &n, decode_attention_kernel<decltype(tag), Dv, GTv, tokens_per_step<GTv>(), KvOf<Dv, decltype(pg)::value>>,
+        kThreads, 0));
+  });
+  return std::max(n, 1);
+}
+
+int decode_split_chunk(int L, int splits, int align) {
+  splits = std::max(splits, 1);
+  align = std::max(align, 1);
+  long long chunk = (static_cast<long long>(L) + splits - 1) / splits;
+  chunk = (chunk + align - 1) / align * align;
+  return static_cast<int>(std::max<long long>(chunk, 1));
+}
+
+int choose_decode_splits(int B, int Hkv, int head_chunks, int L, int align, int sm_count, int ctas_per_sm) {
+  const long long base = static_cast<long long>(B) * Hkv * std::max(head_chunks, 1);
+  const long long target = 2LL * std::max(sm_count, 1) * std::max(ctas_per_sm, 1);
+  if (base <= 0 || base >= target || L < 512) return 1;
+  const long long want = (target + base - 1) / base;
+  const long long by_length = std::max(1, L / 256);  // every chunk >= 256 tokens
+  const long long s = std::min({want, by_length, static_cast<long long>(kMaxDecodeSplits)});
+  if (s <= 1) return 1;
+  const int chunk = decode_split_chunk(L, static_cast<int>(s), align);
+  return (L + chunk - 1) / chunk;
+}
+
+std::size_t decode_attention_workspace_floats(int B, int Hq, int D, int splits) {
+  if (splits <= 1) return 0;
+  return static_cast<std::size_t>(B) * Hq * splits * (D + 1);
+}
+
+void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStream_t stream) {
+  const bool paged = p.block_table != nullptr;
+  const std::string why = decode_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, paged, p.page_size);
+  if (!why.empty()) throw Unsupported(why);
+  if (p.B <= 0 || p.L <= 0) throw Unsupported("decode attention: batch and context must be >= 1");
+  if (p.B > 65535) throw Unsupported("decode attention: batch " + std::to_string(p.B) + " exceeds 65535");
+  if (p.splits < 1 || p.splits > kMaxDecodeSplits || chunk < 1 ||
+      static_cast<long long>(chunk) * (p.splits - 1) >= p.L || static_cast<long long>(chunk) * p.splits < p.L)
+    throw std::logic_error("decode attention: splits and chunk do not tile the context");
+  if (p.splits > 1 && p.workspace == nullptr) throw std::logic_error("decode attention: split-KV needs a workspace");
+  const int G = p.Hq / p.Hkv;
+  const int GT = decode_heads_per_cta(G);
+  const int chunks = decode_head_chunks(G);
+  const float qscale = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(p.D)));
+  const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.Hkv * chunks), static_cast<unsigned>(p.B));
+  const auto* q = static_cast<const std::uint16_t*>(p.q);
+  auto* out = static_cast<std::uint16_t*>(p.out);
+  const auto* kc = static_cast<const std::uint16_t*>(p.k);
+  const auto* vc = static_cast<const std::uint16_t*>(p.v);
+
+  dispatch(p.dtype, p.D, GT, paged, [&](auto tag, auto d, auto gt, auto pg) {
+    using Tag = decltype(tag);
+    constexpr int Dv = decltype(d)::value;
+    constexpr int GTv = decltype(gt)::value;
+    constexpr bool Pg = decltype(pg)::value;
+    constexpr int U = tokens_per_step<GTv>();
+    KvOf<Dv, Pg> kv{};
+    if constexpr (Pg) {
+      kv = PagedKV<Dv>{p.block_table, p.Hkv, p.page_size, p.pages_per_seq};
+    } else {
+      kv = ContiguousKV<Dv>{p.Hkv, p.L};
+    }
+    decode_attention_kernel<Tag, Dv, GTv, U, KvOf<Dv, Pg>>
+        <<<grid, kThreads, 0, stream>>>(q, out, kc, vc, kv, p.workspace, p.Hq, p.Hkv, G, p.L, chunk, p.splits, qscale);
+    PB_CUDA_CHECK_LAUNCH("decode_attention_kernel");
+    if (p.splits > 1) {
+      const unsigned rows = static_cast<unsigned>(p.B * p.Hq);
+      decode_reduce_kernel<Tag><<<rows, Dv, p.splits * sizeof(float), stream>>>(p.workspace, out, p.splits, Dv);
+      PB_CUDA_CHECK_LAUNCH("decode_reduce_kernel");
+    }
+  });
+}
+
+}  // namespace phasebench::cuda

@@ -1,0 +1,67 @@
+#pragma once
+// Decode attention over a KV cache (one query token per sequence), contiguous
+// or paged, with grouped-query heads and split-KV.
+//
+// Layouts (shared with the CPU backend):
+//   q, out        [B, Hq, D]
+//   contiguous K, V caches  [B, Hkv, L, D]   (two buffers)
+//   paged K, V page pools   [num_pages, Hkv, P, D], block table int32 [B, pages_per_seq]
+// Query head hq reads KV head hq / (Hq / Hkv); scale = 1/sqrt(D); fp32 accumulation,
+// online softmax. One CTA per (batch, kv head, head chunk, split): all the query
+// heads of a group (up to 8 per CTA) are computed by the CTA that streams their
+// K/V, so each K/V byte is read once for the whole group.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "phasebench/dtype.hpp"
+
+namespace phasebench::cuda {
+
+struct DecodeAttentionParams {
+  DType dtype = DType::bf16;          // bf16 or fp16 (q, out, K, V alike)
+  const void* q = nullptr;            // [B, Hq, D]
+  void* out = nullptr;                // [B, Hq, D]
+  const void* k = nullptr;            // contiguous cache or page pool
+  const void* v = nullptr;
+  const std::int32_t* block_table = nullptr;  // paged only: [B, pages_per_seq]; nullptr = contiguous
+  int B = 0, Hq = 0, Hkv = 0, L = 0, D = 0;
+  int page_size = 0;                  // paged only
+  int pages_per_seq = 0;              // paged only
+  int splits = 1;                     // chunks of the context (>= 1); > 1 needs the workspace
+  float* workspace = nullptr;         // decode_attention_workspace_floats(...) floats when splits > 1
+};
+
+// Supported: D in {64, 128, 256}, Hq % Hkv == 0, bf16/fp16, page size a multiple of 16.
+// Returns an empty string when supported, else what is wrong and what is supported.
+std::string decode_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool paged,
+                                         long long page_size);
+
+// Most splits of one decode (workspace and reduction size).
+constexpr int kMaxDecodeSplits = 1024;
+
+// Query heads computed per CTA for a group of G = Hq/Hkv heads (1, 2, 4 or 8),
+// and the number of head chunks per KV head.
+int decode_heads_per_cta(int G);
+int decode_head_chunks(int G);
+
+// Resident CTAs per SM of the kernel that would run these parameters (occupancy API).
+int decode_attention_ctas_per_sm(DType dtype, int D, int G, bool paged);
+
+// Split-KV heuristic: enough CTAs for about two full waves of the GPU
+// (2 * sm_count * ctas_per_sm), each chunk at least 256 tokens, chunk lengths a
+// multiple of `align` tokens (the page size for paged caches). Returns >= 1.
+int choose_decode_splits(int B, int Hkv, int head_chunks, int L, int align, int sm_count, int ctas_per_sm);
+// Tokens per split for `splits` chunks of L, a multiple of `align`.
+int decode_split_chunk(int L, int splits, int align);
+
+// fp32 workspace for the partial results of `splits` > 1: B*Hq*splits*(D+1) floats.
+std::size_t decode_attention_workspace_floats(int B, int Hq, int D, int splits);
+
+// Enqueue on `stream` (no synchronisation). `chunk` tokens per split
+// (decode_split_chunk); p.splits == ceil(L / chunk).
+void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStream_t stream);
+
+}  // namespace phasebench::cuda

@@ -1,0 +1,296 @@
+// Decode GEMV: Y[M,N] = X[M,K] W^T, M = 1..16, bf16/fp16 in and out, fp32
+// accumulation, W (N x K, row-major) streamed from memory exactly once.
+//
+// Design (memory-bound: W is everything, X is tiny):
+// - Tensor cores do the arithmetic (mma.sync m16n8k16, fp32 accumulate), so the
+//   instruction count per weight byte is a few loads and two MMAs per 1 KiB,
+//   whatever M is; CUDA-core FMAs at M = 8..16 would be issue-bound on Hopper.
+//   W rows are the MMA's A operand (16 rows per tile), X rows its B operand
+//   (8 batch rows per tile; rows past M are zero).
+// - A dot product does not care in which order k is summed, so A and B use the
+//   same permutation of k inside a 32-wide step: lane (g, t) loads 16 bytes
+//   (8 consecutive k) of W rows g and g+8 and of X row g, which is exactly what
+//   its fragments of two k16 MMAs need. Every W access is a 16-byte vector load,
+//   4 lanes read 64 contiguous bytes of a row, and no shuffles are needed.
+// - A unit of work is a row block of 32 rows (two 16-row tiles, so each X
+//   fragment feeds two MMAs) times a group of 2 steps = 64 k: 4 KiB of W, 8
+//   loads of 16 bytes per lane issued before the first MMA, and a whole 128-byte
+//   line of each row. At 80 registers (M <= 8) three 256-thread blocks fit per
+//   SM, about 96 KiB of W in flight per SM. W is read with
+//   ld.global.nc.L1::no_allocate.L2::256B (streamed, keeps L1 for X), X through L1.
+// - Stream-K scheduling: the (row block, group) units are split evenly over a
+//   persistent grid of warps, each taking a contiguous range. A warp keeps its
+//   sums in registers while its range stays in one row block, then adds them to
+//   an fp32 accumulator (red.global.add) and counts the groups it did; the warp
+//   that completes a row block converts it to Y and zeroes the accumulator and
+//   the counter for the next call. Every shape gets all SMs busy with balanced
+//   work, including small N with large K.
+#include "cuda/decode_gemv.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "cuda/linear_verify.hpp"
+#include "phasebench/error.hpp"
+
+namespace phasebench::cuda {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kThreads = kWarpsPerBlock * 32;
+constexpr int kTilesPerWarp = 2;                   // 16-row MMA tiles per warp
+constexpr int kRowsPerBlock = 16 * kTilesPerWarp;  // rows of W in a row block
+constexpr int kStepsPerGroup = 2;                  // 32-k steps per unit of work
+constexpr int kKPerGroup = 32 * kStepsPerGroup;    // 64
+
+struct Bf16Tag {};
+struct Fp16Tag {};
+
+// W is streamed: never reused, so it skips L1 and asks L2 for 256-byte fetches.
+__device__ __forceinline__ uint4 load_streaming(const std::uint16_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint4 load_cached(const std::uint16_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                          unsigned b1, Bf16Tag) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                          unsigned b1, Fp16Tag) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ std::uint16_t to_storage(float v, Bf16Tag) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ std::uint16_t to_storage(float v, Fp16Tag) { return __half_as_ushort(__float2half_rn(v)); }
+
+struct GemvParams {
+  const std::uint16_t* X;
+  const std::uint16_t* W;
+  std::uint16_t* Y;
+  float* accum;         // [M][N], zero between calls
+  unsigned* counters;   // [row_blocks], zero between calls
+  long long N, K;
+  long long groups_per_row_block;
+  long long units;               // row_blocks * groups_per_row_block
+  long long warps;               // warps in the grid that share the units
+};
+
+template <int M, class Tag>
+__global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2) decode_gemv_kernel(GemvParams p) {
+  constexpr int kBatchTiles = (M + 7) / 8;  // 8-column MMA tiles covering the batch
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2;  // MMA groupID: W row (and row + 8) and X row of this lane
+  const int t = lane & 3;   // MMA threadID_in_group: which 16-byte chunk of a step
+  const long long warp = static_cast<long long>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  // This warp's contiguous share of the units (stream-K).
+  long long u = warp * p.units / p.warps;
+  const long long end = (warp + 1) * p.units / p.warps;
+
+  while (u < end) {
+    const long long rb = u / p.groups_per_row_block;
+    const long long rb_end = std::min(end, (rb + 1) * p.groups_per_row_block);
+    const unsigned done = static_cast<unsigned>(rb_end - u);
+    const long long row0 = rb * kRowsPerBlock;
+
+    float acc[kTilesPerWarp][kBatchTiles][4] = {};
+    // Row pointers of this lane (rows g and g+8 of each tile; X row g of each
+    // batch tile), at its chunk t; steps then add constant offsets.
+    const std::uint16_t* w_row[kTilesPerWarp][2];
+    bool row_ok[kTilesPerWarp][2];
+#pragma unroll
+    for (int mt = 0; mt < kTilesPerWarp; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const long long row = row0 + mt * 16 + h * 8 + g;
+        row_ok[mt][h] = row < p.N;
+        w_row[mt][h] = p.W + (row_ok[mt][h] ? row : 0) * p.K + t * 8;
+      }
+    for (; u < rb_end; ++u) {
+      const long long k0 = (u - rb * p.groups_per_row_block) * kKPerGroup;  // first k of the group
+      uint4 w[kStepsPerGroup][kTilesPerWarp][2];
+      uint4 x[kStepsPerGroup][kBatchTiles];
+      // All loads of the group first, so 8 (W) + 2..4 (X) are in flight together.
+#pragma unroll
+      for (int s = 0; s < kStepsPerGroup; ++s) {
+        const long long k = k0 + s * 32;  // this lane's chunk starts at k + 8t
+        const bool k_ok = k + t * 8 < p.K;
+#pragma unroll
+        for (int mt = 0; mt < kTilesPerWarp; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            w[s][mt][h] = (k_ok && row_ok[mt][h]) ? load_streaming(w_row[mt][h] + k) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int nt = 0; nt < kBatchTiles; ++nt) {
+          const int m = nt * 8 + g;
+          x[s][nt] = (k_ok && m < M) ? load_cached(p.X + m * p.K + t * 8 + k) : make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < kStepsPerGroup; ++s)
+#pragma unroll
+        for (int mt = 0; mt < kTilesPerWarp; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kBatchTiles; ++nt) {
+            // k order inside the 8-wide chunk: (0,1)->cols 2t,2t+1 and (2,3)->2t+8,2t+9 of the first
+            // k16 MMA; (4,5),(6,7) likewise of the second. B uses the same order.
+            mma_16816(acc[mt][nt], w[s][mt][0].x, w[s][mt][1].x, w[s][mt][0].y, w[s][mt][1].y, x[s][nt].x, x[s][nt].y,
+                      Tag{});
+            mma_16816(acc[mt][nt], w[s][mt][0].z, w[s][mt][1].z, w[s][mt][0].w, w[s][mt][1].w, x[s][nt].z, x[s][nt].w,
+                      Tag{});
+          }
+    }
+
+    // Add this warp's share of row block rb to the accumulator. Accumulator
+    // fragment c: W row g (+8 for c >= 2), batch column 2t (+1 for odd c).
+#pragma unroll
+    for (int mt = 0; mt < kTilesPerWarp; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kBatchTiles; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const long long n = row0 + mt * 16 + g + (c >> 1) * 8;
+          const int m = nt * 8 + 2 * t + (c & 1);
+          if (m < M && n < p.N) atomicAdd(p.accum + m * p.N + n, acc[mt][nt][c]);
+        }
+    __threadfence();  // the sums are visible device-wide before the count says so
+    __syncwarp();
+    unsigned arrived = 0;
+    if (lane == 0) arrived = atomicAdd(p.counters + rb, done) + done;
+    arrived = __shfl_sync(0xffffffffu, arrived, 0);
+    if (arrived == p.groups_per_row_block) {
+      // Last contributor: every other share is in the accumulator. Convert the
+      // row block to Y and leave accumulator and counter zero for the next call.
+      __threadfence();
+      for (int i = lane; i < M * kRowsPerBlock; i += 32) {
+        const int m = i / kRowsPerBlock;
+        const long long n = row0 + i % kRowsPerBlock;
+        if (n < p.N) {
+          float* a = p.accum + m * p.N + n;
+          p.Y[m * p.N + n] = to_storage(__ldcg(a), Tag{});
+          __stcg(a, 0.0f);
+        }
+      }
+      if (lane == 0) p.counters[rb] = 0;
+    }
+  }
+}
+
+template <class Tag>
+void* kernel_for(std::uint64_t M) {
+  switch (M) {
+#define PB_GEMV_CASE(m) \
+  case m: return reinterpret_cast<void*>(&decode_gemv_kernel<m, Tag>);
+    PB_GEMV_CASE(1) PB_GEMV_CASE(2) PB_GEMV_CASE(3) PB_GEMV_CASE(4) PB_GEMV_CASE(5) PB_GEMV_CASE(6)
+    PB_GEMV_CASE(7) PB_GEMV_CASE(8) PB_GEMV_CASE(9) PB_GEMV_CASE(10) PB_GEMV_CASE(11) PB_GEMV_CASE(12)
+    PB_GEMV_CASE(13) PB_GEMV_CASE(14) PB_GEMV_CASE(15) PB_GEMV_CASE(16)
+#undef PB_GEMV_CASE
+  }
+  throw Unsupported("decode_gemv: batch " + std::to_string(M) + " is outside 1.." + std::to_string(kGemvMaxBatch));
+}
+
+void* kernel_for(DType t, std::uint64_t M) {
+  return t == DType::bf16 ? kernel_for<Bf16Tag>(M) : kernel_for<Fp16Tag>(M);
+}
+
+class DecodeGemvOp final : public PreparedOp {
+ public:
+  DecodeGemvOp(Context& ctx, const OpRequest& r)
+      : ctx_(ctx),
+        shape_(r.linear),
+        type_(r.dtype),
+        operands_(make_linear_operands(r.linear, r.dtype, r.dtype, r.seed, ctx.stream)),
+        gemv_(ctx, r.dtype, r.linear) {}
+  void run() override { gemv_.run(operands_.X.get(), operands_.W.get(), operands_.Y.get(), ctx_.stream); }
+  void verify() override {
+    run();
+    verify_linear(shape_, type_, type_, operands_.view(), ctx_.stream, "decode_gemv " + gemv_.describe());
+  }
+
+ private:
+  Context& ctx_;
+  LinearShape shape_;
+  DType type_;
+  LinearOperands operands_;
+  DecodeGemv gemv_;
+};
+
+}  // namespace
+
+std::optional<std::string> decode_gemv_unsupported(DType t, const LinearShape& s) {
+  if (t != DType::bf16 && t != DType::fp16)
+    return "decode_gemv supports bf16 and fp16 only, not " + std::string(to_string(t));
+  if (s.M < 1 || s.M > kGemvMaxBatch)
+    return "decode_gemv handles a batch (M) of 1.." + std::to_string(kGemvMaxBatch) + ", not " + std::to_string(s.M) +
+           "; use --impl=blas for larger M";
+  if (s.N == 0 || s.K == 0) return "decode_gemv: N and K must be positive";
+  if (s.K % 8 != 0)
+    return "decode_gemv needs K to be a multiple of 8 (rows of W are read as 16-byte vectors and must stay aligned); K = " +
+           std::to_string(s.K);
+  if (s.N >= (1ull << 40) || s.K >= (1ull << 40)) return "decode_gemv: shape too large";
+  return std::nullopt;
+}
+
+DecodeGemv::DecodeGemv(const Context& ctx, DType t, const LinearShape& s) : type_(t), shape_(s) {
+  if (auto why = decode_gemv_unsupported(t, s)) throw Unsupported(*why);
+  row_blocks_ = (s.N + kRowsPerBlock - 1) / kRowsPerBlock;
+  groups_per_row_block_ = (s.K + kKPerGroup - 1) / kKPerGroup;
+  const std::uint64_t units = row_blocks_ * groups_per_row_block_;
+  int per_sm = 0;
+  PB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(t, s.M), kThreads, 0));
+  if (per_sm < 1) throw std::runtime_error("decode_gemv: the kernel cannot be resident on this device (occupancy 0)");
+  // A persistent grid: as many blocks as fit at once, but never more warps than units.
+  const std::uint64_t resident = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(ctx.sm_count);
+  blocks_ = static_cast<int>(std::max<std::uint64_t>(1, std::min(resident, (units + kWarpsPerBlock - 1) / kWarpsPerBlock)));
+  accum_ = DeviceBuffer(s.M * s.N * sizeof(float));
+  counters_ = DeviceBuffer(row_blocks_ * sizeof(unsigned));
+  PB_CUDA_CHECK(cudaMemsetAsync(accum_.get(), 0, accum_.bytes(), ctx.stream));
+  PB_CUDA_CHECK(cudaMemsetAsync(counters_.get(), 0, counters_.bytes(), ctx.stream));
+  PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+}
+
+void DecodeGemv::run(const void* X, const void* W, void* Y, cudaStream_t stream) const {
+  GemvParams p{};
+  p.X = static_cast<const std::uint16_t*>(X);
+  p.W = static_cast<const std::uint16_t*>(W);
+  p.Y = static_cast<std::uint16_t*>(Y);
+  p.accum = accum_.as<float>();
+  p.counters = counters_.as<unsigned>();
+  p.N = static_cast<long long>(shape_.N);
+  p.K = static_cast<long long>(shape_.K);
+  p.groups_per_row_block = static_cast<long long>(groups_per_row_block_);
+  p.units = static_cast<long long>(row_blocks_ * groups_per_row_block_);
+  p.warps = static_cast<long long>(blocks_) * kWarpsPerBlock;
+  void* args[] = {&p};
+  PB_CUDA_CHECK(cudaLaunchKernel(kernel_for(type_, shape_.M), dim3(blocks_), dim3(kThreads), args, 0, stream));
+}
+
+std::string DecodeGemv::describe() const {
+  std::ostringstream os;
+  os << "M=" << shape_.M << " N=" << shape_.N << " K=" << shape_.K << " " << to_string(type_) << ", " << blocks_
+     << " blocks x " << kWarpsPerBlock << " warps over " << row_blocks_ * groups_per_row_block_ << " units of "
+     << kRowsPerBlock << " rows x " << kKPerGroup << " k";
+  return os.str();
+}
+
+std::unique_ptr<PreparedOp> make_decode_gemv_op(Context& ctx, const OpRequest& r) {
+  return std::make_unique<DecodeGemvOp>(ctx, r);
+}
+
+}  // namespace phasebench::cuda

@@ -1,0 +1,155 @@
+// cuBLASLt linear layer. Row-major Y[M,N] = X[M,K] W^T is, read column-major
+// (cuBLASLt's convention), Y^T (N x M, ld N) = W (stored K x N, ld K)^T times
+// X^T (stored K x M, ld K): A = W with TRANSA = T, B = X with TRANSB = N,
+// m = N, n = M, k = K. That is the "TN" layout fp8 requires, so every type uses it.
+#include "cuda/linear_cublaslt.hpp"
+
+#include <sstream>
+
+#include "cuda/linear_verify.hpp"
+#include "phasebench/error.hpp"
+
+namespace phasebench::cuda {
+
+namespace {
+
+cudaDataType_t storage_type(DType t) {
+  switch (t) {
+    case DType::fp32:
+    case DType::tf32: return CUDA_R_32F;
+    case DType::fp16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::fp8: return CUDA_R_8F_E4M3;
+    case DType::int8: break;
+  }
+  throw Unsupported("cuBLASLt linear: int8 is not supported");
+}
+
+cublasComputeType_t compute_type(DType t) {
+  return t == DType::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+class CublasLtLinearOp final : public PreparedOp {
+ public:
+  CublasLtLinearOp(Context& ctx, const OpRequest& r)
+      : ctx_(ctx),
+        shape_(r.linear),
+        type_(r.dtype),
+        operands_(make_linear_operands(r.linear, r.dtype, linear_output_type(r.dtype), r.seed, ctx.stream)),
+        matmul_(ctx, r.dtype, r.linear, operands_.X.get(), operands_.W.get(), operands_.Y.get()) {}
+  void run() override { matmul_.run(); }
+  void verify() override {
+    run();
+    verify_linear(shape_, type_, linear_output_type(type_), operands_.view(), ctx_.stream, "cuBLASLt linear " + matmul_.describe());
+  }
+
+ private:
+  Context& ctx_;
+  LinearShape shape_;
+  DType type_;
+  LinearOperands operands_;
+  CublasLtLinear matmul_;
+};
+
+}  // namespace
+
+DType linear_output_type(DType t) {
+  if (t == DType::fp8) return DType::bf16;
+  if (t == DType::tf32) return DType::fp32;
+  return t;
+}
+
+std::optional<std::string> cublaslt_linear_unsupported(DType t, const LinearShape& s, int cc_major, int cc_minor) {
+  if (t == DType::int8) return "cuBLASLt linear: int8 is not benchmarked on the CUDA backend";
+  if (s.M == 0 || s.N == 0 || s.K == 0) return "cuBLASLt linear: M, N and K must be positive";
+  const std::uint64_t limit = (1ull << 31) - 1;  // cuBLASLt takes 64-bit sizes, but leading dimensions fit in int here
+  if (s.M > limit || s.N > limit || s.K > limit) return "cuBLASLt linear: a dimension exceeds 2^31 - 1";
+  if (t == DType::fp8) {
+    if (cc_major * 10 + cc_minor < 89)
+      return "fp8 (e4m3) matmuls need compute capability 8.9 or newer; this device is " + std::to_string(cc_major) + "." +
+             std::to_string(cc_minor);
+    if (s.K % 16 != 0 || s.N % 16 != 0)
+      return "cuBLASLt fp8 matmuls need K and N to be multiples of 16 (16-byte aligned columns); got N = " +
+             std::to_string(s.N) + ", K = " + std::to_string(s.K);
+  }
+  return std::nullopt;
+}
+
+CublasLtLinear::CublasLtLinear(Context& ctx, DType t, const LinearShape& s, const void* X, const void* W, void* Y)
+    : ctx_(ctx), X_(X), W_(W), Y_(Y) {
+  try {
+    configure(t, s);
+  } catch (...) {
+    release();  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+void CublasLtLinear::configure(DType t, const LinearShape& s) {
+  Context& ctx = ctx_;
+  if (auto why = cublaslt_linear_unsupported(t, s, ctx.cc_major, ctx.cc_minor)) throw Unsupported(*why);
+  const cudaDataType_t in = storage_type(t), out = storage_type(linear_output_type(t));
+  PB_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, compute_type(t), CUDA_R_32F));
+  const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+  PB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
+  PB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
+  if (t == DType::fp8) {
+    // Per-tensor scales of 1: the data is generated in fp8's range already.
+    unit_scale_ = DeviceBuffer(sizeof(float));
+    const float one = 1.0f;
+    upload(unit_scale_.get(), &one, sizeof one, ctx.stream);
+    const void* scale = unit_scale_.get();
+    PB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale, sizeof scale));
+    PB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale, sizeof scale));
+  }
+  PB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, in, s.K, s.N, static_cast<std::int64_t>(s.K)));
+  PB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, in, s.K, s.M, static_cast<std::int64_t>(s.K)));
+  PB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, out, s.N, s.M, static_cast<std::int64_t>(s.N)));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  PB_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const std::uint64_t workspace = ctx.workspace.bytes();
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                           sizeof workspace);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt, op_, a_, b_, d_, d_, pref, 1, &algo_, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  std::ostringstream shape;
+  shape << to_string(t) << " M=" << s.M << " N=" << s.N << " K=" << s.K;
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))
+    throw Unsupported("cublasLtMatmulAlgoGetHeuristic found no algorithm for " + shape.str());
+  PB_CUBLAS_CHECK(st);
+
+  int algo_id = -1;
+  std::size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo_.algo, CUBLASLT_ALGO_CONFIG_ID, &algo_id, sizeof algo_id, &written);
+  std::ostringstream os;
+  os << shape.str() << " (cublasLtMatmul TN, heuristic algo " << algo_id << ", workspace " << algo_.workspaceSize
+     << " B, compute " << (t == DType::tf32 ? "32F_FAST_TF32" : "32F") << ")";
+  description_ = os.str();
+}
+
+CublasLtLinear::~CublasLtLinear() { release(); }
+
+void CublasLtLinear::release() {
+  // Destroy calls only fail on invalid handles; nothing to do about it here.
+  if (d_) cublasLtMatrixLayoutDestroy(d_);
+  if (b_) cublasLtMatrixLayoutDestroy(b_);
+  if (a_) cublasLtMatrixLayoutDestroy(a_);
+  if (op_) cublasLtMatmulDescDestroy(op_);
+  d_ = b_ = a_ = nullptr;
+  op_ = nullptr;
+}
+
+void CublasLtLinear::run() {
+  const float alpha = 1.0f, beta = 0.0f;
+  PB_CUBLAS_CHECK(cublasLtMatmul(ctx_.cublaslt, op_, &alpha, W_, a_, X_, b_, &beta, Y_, d_, Y_, d_, &algo_.algo,
+                                 ctx_.workspace.get(), ctx_.workspace.bytes(), ctx_.stream));
+}
+
+std::unique_ptr<PreparedOp> make_cublaslt_linear_op(Context& ctx, const OpRequest& r) {
+  return std::make_unique<CublasLtLinearOp>(ctx, r);
+}
+
+}  // namespace phasebench::cuda

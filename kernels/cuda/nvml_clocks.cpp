@@ -1,0 +1,134 @@
+#include "cuda/nvml_clocks.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+
+namespace phasebench::cuda {
+
+namespace {
+// The few NVML values used here (nvml.h is not needed, and is not part of
+// every toolkit install). nvmlReturn_t and nvmlClockType_t are C enums (int).
+constexpr int kNvmlSuccess = 0;
+constexpr int kNvmlClockSm = 1;
+constexpr int kNvmlClockMem = 2;
+// nvmlClocksEventReason* / nvmlClocksThrottleReason* bits.
+struct ReasonBit {
+  std::uint64_t bit;
+  const char* name;
+};
+constexpr ReasonBit kReasons[] = {
+    {0x1ull, "gpu_idle"},
+    {0x2ull, "applications_clocks_setting"},
+    {0x4ull, "sw_power_cap"},
+    {0x8ull, "hw_slowdown"},
+    {0x10ull, "sync_boost"},
+    {0x20ull, "sw_thermal_slowdown"},
+    {0x40ull, "hw_thermal_slowdown"},
+    {0x80ull, "hw_power_brake_slowdown"},
+    {0x100ull, "display_clock_setting"},
+};
+constexpr std::uint64_t kNotThrottling = 0x1ull | 0x2ull;  // idle, application clocks setting
+}  // namespace
+
+NvmlClocks::NvmlClocks(const std::string& pci_bus_id) {
+  lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib_) {
+    const char* e = dlerror();
+    why_ = std::string("clocks unavailable: cannot load libnvidia-ml.so.1 (") + (e ? e : "unknown error") + ")";
+    return;
+  }
+  auto sym = [this](const char* name) { return dlsym(lib_, name); };
+  auto init = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
+  auto by_bus = reinterpret_cast<int (*)(const char*, void**)>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
+  shutdown_ = reinterpret_cast<int (*)()>(sym("nvmlShutdown"));
+  get_clock_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(sym("nvmlDeviceGetClockInfo"));
+  error_string_ = reinterpret_cast<const char* (*)(int)>(sym("nvmlErrorString"));
+  // The newer name first (driver 535+); the older one is deprecated but equivalent.
+  get_reasons_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(sym("nvmlDeviceGetCurrentClocksEventReasons"));
+  if (!get_reasons_)
+    get_reasons_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(sym("nvmlDeviceGetCurrentClocksThrottleReasons"));
+  if (!init || !by_bus || !shutdown_ || !get_clock_) {
+    why_ = "clocks unavailable: libnvidia-ml.so.1 lacks nvmlInit_v2/nvmlDeviceGetHandleByPciBusId_v2/nvmlDeviceGetClockInfo";
+    dlclose(lib_);
+    lib_ = nullptr;
+    return;
+  }
+  if (int rc = init(); rc != kNvmlSuccess) {
+    why_ = "clocks unavailable: nvmlInit_v2 failed (" + std::string(error_string_ ? error_string_(rc) : "?") + ")";
+    dlclose(lib_);
+    lib_ = nullptr;
+    return;
+  }
+  void* dev = nullptr;
+  if (int rc = by_bus(pci_bus_id.c_str(), &dev); rc != kNvmlSuccess) {
+    why_ = "clocks unavailable: nvmlDeviceGetHandleByPciBusId_v2(" + pci_bus_id + ") failed (" +
+           std::string(error_string_ ? error_string_(rc) : "?") + ")";
+    shutdown_();
+    dlclose(lib_);
+    lib_ = nullptr;
+    return;
+  }
+  device_ = dev;
+}
+
+NvmlClocks::~NvmlClocks() {
+  if (lib_) {
+    if (device_ && shutdown_) shutdown_();
+    dlclose(lib_);
+  }
+}
+
+ClockReading NvmlClocks::read() const {
+  ClockReading r;
+  if (!device_) {
+    r.error = why_;
+    return r;
+  }
+  int rc = get_clock_(device_, kNvmlClockSm, &r.sm_mhz);
+  if (rc == kNvmlSuccess) rc = get_clock_(device_, kNvmlClockMem, &r.memory_mhz);
+  if (rc != kNvmlSuccess) {
+    r.error = "nvmlDeviceGetClockInfo failed (" + std::string(error_string_ ? error_string_(rc) : "?") + ")";
+    return r;
+  }
+  r.ok = true;
+  if (get_reasons_) {
+    unsigned long long reasons = 0;
+    if (get_reasons_(device_, &reasons) == kNvmlSuccess) {
+      r.reasons = reasons;
+      r.reasons_ok = true;
+    }
+  }
+  return r;
+}
+
+bool NvmlClocks::is_throttling(std::uint64_t reasons) { return (reasons & ~kNotThrottling) != 0; }
+
+nlohmann::json NvmlClocks::reason_names(std::uint64_t reasons) {
+  auto names = nlohmann::json::array();
+  std::uint64_t known = 0;
+  for (const auto& r : kReasons) {
+    known |= r.bit;
+    if (reasons & r.bit) names.push_back(r.name);
+  }
+  if (reasons & ~known) names.push_back("other(0x" + [&] {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(reasons & ~known));
+    return std::string(buf);
+  }() + ")");
+  return names;
+}
+
+nlohmann::json NvmlClocks::to_json(const ClockReading& r) {
+  if (!r.ok) return {{"error", r.error.empty() ? "clocks unavailable" : r.error}};
+  nlohmann::json j = {{"sm_mhz", r.sm_mhz}, {"memory_mhz", r.memory_mhz}};
+  if (r.reasons_ok) {
+    j["reasons"] = reason_names(r.reasons);
+    j["throttled"] = is_throttling(r.reasons);
+  } else {
+    j["reasons"] = "unavailable";
+  }
+  return j;
+}
+
+}  // namespace phasebench::cuda

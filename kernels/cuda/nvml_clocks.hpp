@@ -1,0 +1,54 @@
+#pragma once
+// SM and memory clocks and clock-limiting ("throttle") reasons read through
+// NVML, loaded at run time with dlopen("libnvidia-ml.so.1"): NVML ships with
+// the driver, not the toolkit, so linking it would make the binary fail to
+// start on a machine without a driver. When it is missing the readings say
+// "clocks unavailable" and nothing else changes. No CUDA types here.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace phasebench::cuda {
+
+struct ClockReading {
+  bool ok = false;
+  unsigned sm_mhz = 0;
+  unsigned memory_mhz = 0;
+  std::uint64_t reasons = 0;  // NVML clocks-event (throttle) reason bits
+  bool reasons_ok = false;
+  std::string error;  // why the reading failed, when !ok
+};
+
+class NvmlClocks {
+ public:
+  // `pci_bus_id` as cudaDeviceGetPCIBusId writes it, so the NVML device is the
+  // CUDA device even when CUDA_VISIBLE_DEVICES renumbers devices.
+  explicit NvmlClocks(const std::string& pci_bus_id);
+  ~NvmlClocks();
+  NvmlClocks(const NvmlClocks&) = delete;
+  NvmlClocks& operator=(const NvmlClocks&) = delete;
+
+  bool available() const { return device_ != nullptr; }
+  const std::string& why_unavailable() const { return why_; }
+  ClockReading read() const;
+
+  // Reasons that mean the clocks were held down by power, heat or another
+  // limit; idle and the application-clocks setting are not throttling.
+  static bool is_throttling(std::uint64_t reasons);
+  static nlohmann::json reason_names(std::uint64_t reasons);
+  // {"sm_mhz":..,"memory_mhz":..,"reasons":[..]} or {"error":"clocks unavailable: ..."}
+  static nlohmann::json to_json(const ClockReading& r);
+
+ private:
+  void* lib_ = nullptr;
+  void* device_ = nullptr;  // nvmlDevice_t
+  std::string why_;
+  // Resolved entry points (C signatures; see nvml_clocks.cpp).
+  int (*shutdown_)() = nullptr;
+  int (*get_clock_)(void*, int, unsigned*) = nullptr;
+  int (*get_reasons_)(void*, unsigned long long*) = nullptr;
+  const char* (*error_string_)(int) = nullptr;
+};
+
+}  // namespace phasebench::cuda

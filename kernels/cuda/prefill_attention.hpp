@@ -1,0 +1,48 @@
+#pragma once
+// Prefill attention: causal self-attention over S prompt tokens (no cached prefix).
+//
+//   q [B, S, Hq, D], k and v [B, S, Hkv, D], out [B, S, Hq, D]; query head hq reads
+//   kv head hq / (Hq / Hkv); scale = 1/sqrt(D); bf16/fp16 in and out, fp32 accumulation.
+//
+// Two implementations:
+//   - flash (Impl::own): a tiled FlashAttention-2 style kernel, scores on chip only;
+//   - blas (Impl::blas): the reference row, S = Q K^T through cuBLAS strided-batched
+//     GEMMs into a materialised fp32 [B, Hq, S, S] buffer, a causal softmax kernel
+//     that writes P (16-bit) over that buffer, then O = P V through cuBLAS again.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "phasebench/dtype.hpp"
+
+namespace phasebench::cuda {
+
+struct PrefillAttentionParams {
+  DType dtype = DType::bf16;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  int B = 0, S = 0, Hq = 0, Hkv = 0, D = 0;
+};
+
+// Empty when the flash kernel / blas path supports the shape, else what is wrong and what is supported.
+std::string prefill_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool blas);
+
+// Flash kernel: one CTA per (64-query tile, query head, batch), 4 warps of 16 query rows.
+void launch_prefill_flash(const PrefillAttentionParams& p, cudaStream_t stream);
+// Dynamic shared memory of the flash kernel for head_dim D (bytes).
+std::size_t prefill_flash_smem_bytes(int D);
+
+// Bytes of the fp32 score buffer of the blas path: B * Hq * S * S * 4.
+std::uint64_t prefill_blas_scores_bytes(std::uint64_t B, std::uint64_t Hq, std::uint64_t S);
+// Largest S the blas path's softmax kernel accepts (one score row in shared memory).
+int prefill_blas_max_seq(int device);
+// cuBLAS reference path; `scores` holds prefill_blas_scores_bytes bytes. `cublas`
+// must already be bound to `stream`.
+void launch_prefill_blas(const PrefillAttentionParams& p, float* scores, cublasHandle_t cublas, cudaStream_t stream);
+
+}  // namespace phasebench::cuda
