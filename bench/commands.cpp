@@ -100,7 +100,7 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--append-context", append_context, "cache length KV append writes into");
   app.add_option("--prefill-attention-prompts", prefill_attention_prompts, "prompt lengths for prefill attention");
   app.add_option("--shape", shapes, "free-form linear shape M,N,K (repeatable)");
-  app.add_option("--ops", ops, "groups to run: prefill_linear, decode_linear, decode_attention, kv_append, prefill_attention, free")
+  app.add_option("--ops", ops, "groups to run: prefill_linear, decode_linear, decode_attention, kv_append, prefill_attention, layer, free")
       ->envname("PHASEBENCH_OPS");
   app.add_option("--page-size", page_size, "paged KV page size in tokens (multiple of 16)");
   app.add_option("--out", out, "results file (default results/<device>/<UTC time>.json)");

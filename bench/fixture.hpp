@@ -46,6 +46,8 @@ class BenchContext {
   nlohmann::json point_json(const std::string& name) const;
 
  private:
+  // The "layer" block of a whole-layer point (measured and predicted step times).
+  nlohmann::json layer_json(const Point& p, double measured_layer_s) const;
   Backend& backend_;
   RunOptions opts_;
   std::map<std::string, Point> points_;

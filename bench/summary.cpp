@@ -50,6 +50,7 @@ std::string summarize(const nlohmann::json& results) {
   };
   std::map<std::string, std::map<std::uint64_t, GemvPoint>> gemv;  // key -> batch -> fastest point
   std::string ceiling_source;
+  std::vector<nlohmann::json> layers;  // whole-layer points that ran
   for (const auto& b : results.value("benchmarks", nlohmann::json::array())) {
     if (!b.contains("phasebench") || b.value("run_type", "") != "iteration") continue;
     const auto& p = b.at("phasebench");
@@ -57,6 +58,11 @@ std::string summarize(const nlohmann::json& results) {
     const auto status = p.value("status", "");
     if (status == "skipped") ++g.skipped;
     if (status == "error") ++g.errors;
+    if (status == "ok" && p.contains("layer")) {
+      auto l = p.at("layer");
+      l["name"] = b.value("name", "");
+      layers.push_back(std::move(l));
+    }
     if (status != "ok" || !p.contains("roofline")) continue;
     const auto& r = p.at("roofline");
     if (r.at("fraction_of_roofline").is_number()) g.fractions.push_back(r.at("fraction_of_roofline").get<double>());
@@ -110,6 +116,18 @@ std::string summarize(const nlohmann::json& results) {
       }
       const auto pred = predicted_crossing(any.N, any.K, any.e, any.ridge);
       out += fmt::format("  {:<36} {:>16} {:>10}\n", key, measured, pred ? std::to_string(pred) : std::string("never"));
+    }
+  }
+  if (!layers.empty()) {
+    out += "\nwhole layer: measured vs predicted (step = layer x layers + lm_head; prefill step = TTFT,\n"
+           "  decode step = per-token latency; predicted from the datasheet roofline of the matched GPU)\n";
+    out += fmt::format("  {:<58} {:>12} {:>12} {:>12} {:>7}\n", "point", "layer", "step", "predicted", "ratio");
+    auto ms = [](const nlohmann::json& v) { return v.is_number() ? fmt::format("{:.3f} ms", v.get<double>() * 1e3) : std::string("-"); };
+    for (const auto& l : layers) {
+      const auto& ratio = l.at("ratio");
+      out += fmt::format("  {:<58} {:>12} {:>12} {:>12} {:>7}\n", l.value("name", ""), ms(l.at("measured_layer_s")),
+                         ms(l.at("measured_step_s")), ms(l.at("predicted_step_s")),
+                         ratio.is_number() ? fmt::format("{:.2f}", ratio.get<double>()) : std::string("-"));
     }
   }
   return out;

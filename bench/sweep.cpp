@@ -214,6 +214,36 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
               pts.push_back(pt);
             }
         }
+      // Whole layers: prefill at each (prefill batch, prompt), decode at each
+      // (attention batch, context). args carry the model's layer count and
+      // vocabulary, which turn a layer time into a step time (fixture.cpp).
+      if (wanted(c, "layer") && backend.implements(OpKind::layer, t, Impl::own)) {
+        auto layer_point = [&](Phase ph, std::uint64_t B, std::uint64_t n) {
+          const bool prefill = ph == Phase::prefill;
+          Point pt;
+          pt.phase = std::string(to_string(ph));
+          pt.op = "layer";
+          pt.model = m.name;
+          pt.args = {{"batch", B}, {prefill ? "prompt" : "context", n}, {"layers", m.layers}, {"vocab", m.vocab}};
+          pt.request.kind = OpKind::layer;
+          pt.request.dtype = t;
+          pt.request.impl = Impl::own;
+          pt.request.layer = LayerDims::of(m);
+          pt.request.layer_phase = ph;
+          if (prefill)
+            pt.request.prefill = {B, m.heads, m.kv_heads, n, m.head_dim};
+          else
+            pt.request.attention = {B, m.heads, m.kv_heads, n, m.head_dim};
+          pt.name = pt.phase + "/layer/" + m.name + "/" + dt(t) + "/batch:" + std::to_string(B) +
+                    (prefill ? "/prompt:" : "/context:") + std::to_string(n);
+          pt.request.name = pt.name;
+          pts.push_back(pt);
+        };
+        for (auto B : c.prefill_batches)
+          for (auto S : c.prompts) layer_point(Phase::prefill, B, S);
+        for (auto B : c.attention_batches)
+          for (auto L : c.contexts) layer_point(Phase::decode, B, L);
+      }
     }
   }
   if (wanted(c, "free"))

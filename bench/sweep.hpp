@@ -17,7 +17,7 @@ namespace phasebench {
 // The groups of benchmarks a sweep can contain.
 inline const std::vector<std::string>& sweep_groups() {
   static const std::vector<std::string> g{"prefill_linear", "decode_linear", "decode_attention", "kv_append",
-                                          "prefill_attention", "free"};
+                                          "prefill_attention", "layer", "free"};
   return g;
 }
 
@@ -48,7 +48,7 @@ struct Point {
   std::string op;      // linear | gemv | attention | attention_paged | kv_append | kv_append_paged
   std::string model;   // short name, or "custom" for free-form shapes
   std::string target;  // projection name (qkv_proj, ...) or empty
-  std::map<std::string, std::uint64_t> args;  // batch, prompt, context, page_size
+  std::map<std::string, std::uint64_t> args;  // batch, prompt, context, page_size; layer: + layers, vocab
   OpRequest request;
 };
 

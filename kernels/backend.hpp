@@ -14,6 +14,7 @@
 
 #include "phasebench/dtype.hpp"
 #include "phasebench/gpu_specs.hpp"
+#include "phasebench/model.hpp"
 #include "phasebench/roofline.hpp"
 #include "phasebench/workload.hpp"
 
@@ -36,6 +37,17 @@ enum class Impl { own, blas };  // blas = OpenBLAS on the CPU, cuBLAS/cuBLASLt o
 std::string_view to_string(Impl i);
 Impl parse_impl(std::string_view s);
 
+// A whole transformer layer's dimensions (OpKind::layer), from a ModelConfig.
+struct LayerDims {
+  std::uint64_t hidden = 0;        // h
+  std::uint64_t intermediate = 0;  // I
+  std::uint64_t heads = 0;         // Hq
+  std::uint64_t kv_heads = 0;      // Hkv
+  std::uint64_t head_dim = 0;      // D
+  int norms_per_layer = 2;         // 4 = gemma2's sandwich norms (changes layer_ops)
+  static LayerDims of(const ModelConfig& m);
+};
+
 // What to prepare: the operation, its shape and element type. Declared as data,
 // like an nvbench state; bench/ builds these from the sweep axes.
 struct OpRequest {
@@ -50,11 +62,28 @@ struct OpRequest {
   std::uint64_t page_size = 16;       // paged variants
   std::uint64_t splits = 0;           // decode attention split-KV: 0 = the backend decides
   std::uint64_t seed = 0x5eed;
+  // Whole layer (OpKind::layer): the model's dimensions and the step. Prefill:
+  // batch and prompt are prefill.B and prefill.S; decode: batch and context are
+  // attention.B and attention.L (the new token is the L-th: it is appended at
+  // position L-1 and attention reads L tokens, as layer_ops counts it). The KV
+  // cache of a layer request is contiguous ([B, Hkv, capacity, D]).
+  LayerDims layer;
+  Phase layer_phase = Phase::decode;
+  // The point's name: ops that run several kernels (layer) name the NVTX range
+  // of each inside run() "<name>/<op>"; empty = "layer".
+  std::string name;
   // Minimum traffic and FLOPs of this request, from workload.hpp.
   OpCost cost() const;
   // Bytes the backend must allocate for it (inputs, outputs, caches).
   std::uint64_t footprint_bytes() const;
 };
+
+// For a layer request: the model config its dimensions describe (layers = 1,
+// vocab = 0), its step, and the layer's ops from model.hpp's layer_ops (the
+// single definition of what a layer runs and costs).
+ModelConfig layer_model(const OpRequest& r);
+StepShape layer_step(const OpRequest& r);
+std::vector<LayerOp> layer_request_ops(const OpRequest& r);
 
 // An operation prepared on a backend: inputs allocated and filled with random
 // non-zero data, outputs allocated. Everything costly happens in prepare(),

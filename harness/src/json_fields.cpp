@@ -26,7 +26,8 @@ nlohmann::json shape_json(const LayerOp& op) {
     case OpKind::kv_append:
     case OpKind::kv_append_paged:
       return {{"B", op.append.B}, {"S", op.append.S}, {"Hkv", op.append.Hkv}, {"D", op.append.D}};
-    case OpKind::elementwise: return nlohmann::json::object();
+    case OpKind::elementwise:
+    case OpKind::layer: return nlohmann::json::object();
   }
   return nlohmann::json::object();
 }

@@ -37,6 +37,7 @@ std::string_view to_string(OpKind k) {
     case OpKind::kv_append: return "kv_append";
     case OpKind::kv_append_paged: return "kv_append_paged";
     case OpKind::elementwise: return "elementwise";
+    case OpKind::layer: return "layer";
   }
   return "?";
 }

@@ -1,7 +1,8 @@
 // The CUDA backend: device 0, one non-blocking stream, cuBLAS and cuBLASLt
 // handles bound to it, a 64 MiB cuBLASLt workspace; the device description,
 // the ceilings, the operations (linear through cuBLASLt or our decode GEMV;
-// attention and KV append from attention_ops.cu), CUDA-event timing and the
+// attention and KV append from attention_ops.cu; whole layers from
+// layer_op.cu), CUDA-event timing and the
 // clocks read through NVML.
 #include <cuda_profiler_api.h>
 
@@ -16,6 +17,7 @@
 #include "cuda/ceilings.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/decode_gemv.hpp"
+#include "cuda/layer_op.hpp"
 #include "cuda/linear_cublaslt.hpp"
 #include "cuda/nvml_clocks.hpp"
 #include "cuda/stream_read.hpp"
@@ -188,6 +190,7 @@ class CudaBackend final : public Backend {
       case OpKind::prefill_attention:
       case OpKind::kv_append:
       case OpKind::kv_append_paged: return attention_op_implemented(kind, dtype, impl);
+      case OpKind::layer: return layer_op_implemented(dtype, impl);
       case OpKind::elementwise: return false;
     }
     return false;
@@ -209,6 +212,8 @@ class CudaBackend final : public Backend {
         return why;
       }
     }
+    if (r.kind == OpKind::layer)
+      if (auto why = layer_op_unsupported(ctx_, r)) return why;
     std::uint64_t need = 0;
     try {
       need = r.footprint_bytes();
@@ -241,6 +246,7 @@ class CudaBackend final : public Backend {
       case OpKind::prefill_attention:
       case OpKind::kv_append:
       case OpKind::kv_append_paged: op = make_attention_op(ctx_, r); break;
+      case OpKind::layer: op = make_layer_op(ctx_, r); break;
       case OpKind::elementwise: throw Unsupported("the CUDA backend has no elementwise benchmarks");
     }
     return std::make_unique<TimedOp>(std::move(op));

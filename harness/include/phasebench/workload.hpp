@@ -27,7 +27,9 @@ struct Bytes {
   Bytes scaled(std::uint64_t n) const;
 };
 
-enum class OpKind { linear, decode_attention, decode_attention_paged, prefill_attention, kv_append, kv_append_paged, elementwise };
+// `layer` is a whole transformer layer (the ops of model.hpp's layer_ops run in
+// sequence); its cost is the sum of those ops' costs.
+enum class OpKind { linear, decode_attention, decode_attention_paged, prefill_attention, kv_append, kv_append_paged, elementwise, layer };
 std::string_view to_string(OpKind k);
 
 struct OpCost {

@@ -1,0 +1,553 @@
+// The whole-layer PreparedOp (see layer_op.hpp). The constructor allocates and
+// fills everything (weights scaled by 1/sqrt(fan-in) so activations stay of
+// order one through the layer), builds the four cuBLASLt matmuls and the
+// kernels' parameters, and synchronises; run() only enqueues; verify() runs
+// once and checks a few tokens' outputs against a CPU reference of the whole
+// layer, written below in plain loops.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/numeric.hpp"
+#include "cpu/reference.hpp"
+#include "cuda/cuda_common.hpp"
+#include "cuda/decode_attention.hpp"
+#include "cuda/elementwise.hpp"
+#include "cuda/kv_append.hpp"
+#include "cuda/layer_op.hpp"
+#include "cuda/linear_cublaslt.hpp"
+#include "cuda/prefill_attention.hpp"
+#include "phasebench/error.hpp"
+#include "phasebench/nvtx.hpp"
+
+namespace phasebench::cuda {
+
+namespace {
+
+constexpr float kNormEps = 1e-5f;
+constexpr float kRopeTheta = 500000.0f;  // Llama 3's rope_theta (the value does not change the cost)
+
+// Seeds of the layer's buffers, distinct per buffer, derived from the request's seed.
+enum class Buf : std::uint64_t { x = 11, attn_norm = 12, qkv = 13, o = 14, mlp_norm = 15, gate_up = 16, down = 17, k = 18, v = 19 };
+std::uint64_t seed_of(std::uint64_t seed, Buf b) {
+  return numeric::mix64(seed ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(b)));
+}
+
+int to_int(std::uint64_t v, const std::string& what) {
+  if (v > static_cast<std::uint64_t>(INT_MAX))
+    throw Unsupported("layer: " + what + " = " + std::to_string(v) + " exceeds the CUDA kernels' 32-bit limit");
+  return static_cast<int>(v);
+}
+
+// q, k, v out of the fused projection: qkv [M, Nq + 2*Nkv] -> q [M, Nq], k [M, Nkv],
+// v [M, Nkv]. A copy in 16-byte vectors (Nq and Nkv are multiples of 8 elements).
+__global__ void qkv_split_kernel(const uint4* __restrict__ qkv, uint4* __restrict__ q, uint4* __restrict__ k,
+                                 uint4* __restrict__ v, unsigned n, int vq, int vkv) {
+  const unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= n) return;
+  const int row_vecs = vq + 2 * vkv;
+  const std::size_t m = idx / row_vecs;
+  const int c = static_cast<int>(idx % row_vecs);
+  const uint4 val = __ldcs(qkv + idx);
+  if (c < vq)
+    q[m * vq + c] = val;
+  else if (c < vq + vkv)
+    k[m * vkv + (c - vq)] = val;
+  else
+    v[m * vkv + (c - vq - vkv)] = val;
+}
+
+void launch_qkv_split(const void* qkv, void* q, void* k, void* v, int M, int Nq, int Nkv, cudaStream_t stream) {
+  const unsigned long long n = static_cast<unsigned long long>(M) * (Nq + 2 * Nkv) / 8;
+  if (n >= (1ull << 32)) throw Unsupported("qkv_split: too many elements for one launch");
+  const int threads = 256;
+  const unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
+  qkv_split_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4*>(qkv), static_cast<uint4*>(q),
+                                                   static_cast<uint4*>(k), static_cast<uint4*>(v),
+                                                   static_cast<unsigned>(n), Nq / 8, Nkv / 8);
+  PB_CUDA_CHECK_LAUNCH("qkv_split_kernel");
+}
+
+void require_memory(const Context& ctx, std::uint64_t bytes, const std::string& what) {
+  const std::uint64_t free_b = ctx.free_bytes();
+  if (static_cast<double>(bytes) > 0.9 * static_cast<double>(free_b)) {
+    std::ostringstream os;
+    os << what << " needs " << bytes << " bytes (" << std::fixed;
+    os.precision(2);
+    os << bytes / 1073741824.0 << " GiB) of device memory, more than 90% of the " << free_b << " bytes free";
+    throw Unsupported(os.str());
+  }
+}
+
+std::vector<std::uint16_t> download_u16(const void* src, std::size_t n, cudaStream_t stream) {
+  std::vector<std::uint16_t> h(n);
+  if (n == 0) return h;
+  PB_CUDA_CHECK(cudaMemcpyAsync(h.data(), src, n * 2, cudaMemcpyDeviceToHost, stream));
+  PB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return h;
+}
+
+const void* elem_ptr(const void* p, std::size_t elem, std::size_t es) {
+  return static_cast<const unsigned char*>(p) + elem * es;
+}
+
+// ---- the CPU reference of one token through the layer -------------------------
+// Inputs are floats decoded from the device's storage; every op's output is
+// rounded to the storage type where the GPU rounds it (between ops), so the
+// reference follows the same chain; sums are in double.
+
+struct RefWeights {
+  DType t;
+  std::vector<std::uint16_t> attn_norm, qkv, o, mlp_norm, gate_up, down;  // raw 16-bit storage, row-major [N, K]
+  float dec(std::uint16_t b) const { return t == DType::bf16 ? numeric::bf16_to_float(b) : numeric::fp16_to_float(b); }
+};
+
+// y[n] = round(sum_k x[k] W[n, k]) for n < N; abs[n] = sum_k |x[k] W[n, k]|.
+void ref_linear(const RefWeights& w, const std::vector<std::uint16_t>& W, const std::vector<float>& x, std::size_t N,
+                std::vector<float>& y, std::vector<double>* abs, bool round_out = true) {
+  const std::size_t K = x.size();
+  y.assign(N, 0.f);
+  if (abs) abs->assign(N, 0.0);
+  for (std::size_t n = 0; n < N; ++n) {
+    const std::uint16_t* row = W.data() + n * K;
+    double s = 0, a = 0;
+    for (std::size_t k = 0; k < K; ++k) {
+      const double p = static_cast<double>(x[k]) * w.dec(row[k]);
+      s += p;
+      a += std::fabs(p);
+    }
+    y[n] = round_out ? reference::round_to(static_cast<float>(s), w.t) : static_cast<float>(s);
+    if (abs) (*abs)[n] = a;
+  }
+}
+
+// RMSNorm: x / sqrt(mean(x^2) + eps) * g, rounded.
+std::vector<float> ref_rmsnorm(const RefWeights& w, const std::vector<float>& x, const std::vector<std::uint16_t>& g) {
+  double ss = 0;
+  for (float v : x) ss += static_cast<double>(v) * v;
+  const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + kNormEps);
+  std::vector<float> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    y[i] = reference::round_to(static_cast<float>(x[i] * inv * w.dec(g[i])), w.t);
+  return y;
+}
+
+// NeoX rotate-half RoPE of one head (D values) at position pos, in place, rounded.
+// The angle is formed in float as the kernel forms it (pos * theta^(-2i/D)), then
+// sin/cos in double. `abs` (the projection's |x*w| sums) becomes each rotated
+// element's tolerance scale: the sum of its two inputs' scales.
+void ref_rope(DType t, float* x, double* abs, int D, int pos) {
+  const float log2_theta = std::log2(kRopeTheta);
+  for (int i = 0; i < D / 2; ++i) {
+    const float inv_freq = std::exp2(-static_cast<float>(2 * i) / static_cast<float>(D) * log2_theta);
+    const double a = static_cast<double>(static_cast<float>(pos) * inv_freq);
+    const double c = std::cos(a), s = std::sin(a);
+    const double x1 = x[i], x2 = x[i + D / 2];
+    x[i] = reference::round_to(static_cast<float>(x1 * c - x2 * s), t);
+    x[i + D / 2] = reference::round_to(static_cast<float>(x2 * c + x1 * s), t);
+    const double sc = abs[i] + abs[i + D / 2];
+    abs[i] = abs[i + D / 2] = sc;
+  }
+}
+
+// SiLU(gate) * up over gate_up [2I], rounded; silu(g) = g / (1 + e^-g).
+std::vector<float> ref_silu_mul(DType t, const std::vector<float>& gu) {
+  const std::size_t I = gu.size() / 2;
+  std::vector<float> y(I);
+  for (std::size_t i = 0; i < I; ++i) {
+    const double g = gu[i], u = gu[I + i];
+    y[i] = reference::round_to(static_cast<float>(g / (1.0 + std::exp(-g)) * u), t);
+  }
+  return y;
+}
+
+// ---- the op ---------------------------------------------------------------------
+
+class LayerOp final : public PreparedOp, public LayerOpAccess {
+ public:
+  LayerOp(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r) {
+    if (auto why = layer_op_unsupported(ctx, r)) throw Unsupported(*why);
+    const StepShape st = layer_step(r);
+    prefill_ = st.phase == Phase::prefill;
+    const DType t = r.dtype;
+    B_ = to_int(st.batch, "batch");
+    S_ = to_int(st.new_tokens, "new tokens");
+    M_ = to_int(st.batch * st.new_tokens, "tokens");
+    L_ = prefill_ ? S_ : to_int(st.context, "context");
+    h_ = to_int(r.layer.hidden, "hidden");
+    I_ = to_int(r.layer.intermediate, "intermediate");
+    Hq_ = to_int(r.layer.heads, "heads");
+    Hkv_ = to_int(r.layer.kv_heads, "kv heads");
+    D_ = to_int(r.layer.head_dim, "head_dim");
+    Nq_ = Hq_ * D_;
+    Nkv_ = Hkv_ * D_;
+    cap_ = L_;                         // prefill: the prompt; decode: the context incl. the new token
+    pos_ = prefill_ ? 0 : L_ - 1;      // where the step's first token goes
+    if (B_ > 65535) throw Unsupported("layer: batch " + std::to_string(B_) + " exceeds 65535");
+    prefix_ = r.name.empty() ? std::string("layer") : r.name;
+
+    // Decode attention's split-KV, chosen as the decode attention benchmark chooses it.
+    std::size_t ws_floats = 0;
+    if (!prefill_) {
+      const int G = Hq_ / Hkv_;
+      const int per_sm = decode_attention_ctas_per_sm(t, D_, G, false);
+      int splits = choose_decode_splits(B_, Hkv_, decode_head_chunks(G), L_, 64, ctx.sm_count, per_sm);
+      chunk_ = decode_split_chunk(L_, splits, 64);
+      splits = (L_ + chunk_ - 1) / chunk_;
+      splits_ = splits;
+      ws_floats = decode_attention_workspace_floats(B_, Hq_, D_, splits);
+    }
+    require_memory(ctx, r.footprint_bytes() + ws_floats * sizeof(float), "layer " + shape());
+
+    const std::size_t es = element_bytes(t), M = static_cast<std::size_t>(M_), h = static_cast<std::size_t>(h_),
+                      I = static_cast<std::size_t>(I_), Nq = static_cast<std::size_t>(Nq_),
+                      Nkv = static_cast<std::size_t>(Nkv_), Nqkv = Nq + 2 * Nkv;
+    const std::size_t cache_elems = static_cast<std::size_t>(B_) * Hkv_ * cap_ * D_;
+    auto alloc = [&](DeviceBuffer& b, std::size_t elems) { b = DeviceBuffer(elems * es); };
+    alloc(w_attn_norm_, h);
+    alloc(w_qkv_, Nqkv * h);
+    alloc(w_o_, h * Nq);
+    alloc(w_mlp_norm_, h);
+    alloc(w_gate_up_, 2 * I * h);
+    alloc(w_down_, h * I);
+    alloc(x_, M * h);
+    alloc(xn_, M * h);
+    alloc(qkv_, M * Nqkv);
+    alloc(q_, M * Nq);
+    alloc(k_new_, M * Nkv);
+    alloc(v_new_, M * Nkv);
+    alloc(attn_, M * Nq);
+    alloc(o_, M * h);
+    alloc(xn2_, M * h);
+    alloc(gate_up_, M * 2 * I);
+    alloc(act_, M * I);
+    alloc(out_, M * h);
+    alloc(k_cache_, cache_elems);
+    alloc(v_cache_, cache_elems);
+    positions_ = DeviceBuffer(M * sizeof(std::int32_t));
+    if (ws_floats) ws_ = DeviceBuffer(ws_floats * sizeof(float));
+
+    const auto s = ctx.stream;
+    const std::uint64_t seed = r.seed;
+    auto inv_sqrt = [](std::size_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); };
+    fill_random(x_.get(), t, M * h, seed_of(seed, Buf::x), 1.0f, s);
+    fill_random(w_attn_norm_.get(), t, h, seed_of(seed, Buf::attn_norm), 1.0f, s);
+    fill_random(w_qkv_.get(), t, Nqkv * h, seed_of(seed, Buf::qkv), inv_sqrt(h), s);
+    fill_random(w_o_.get(), t, h * Nq, seed_of(seed, Buf::o), inv_sqrt(Nq), s);
+    fill_random(w_mlp_norm_.get(), t, h, seed_of(seed, Buf::mlp_norm), 1.0f, s);
+    fill_random(w_gate_up_.get(), t, 2 * I * h, seed_of(seed, Buf::gate_up), inv_sqrt(h), s);
+    fill_random(w_down_.get(), t, h * I, seed_of(seed, Buf::down), inv_sqrt(I), s);
+    // The cache holds earlier tokens' K and V (random); the step writes its own.
+    fill_random(k_cache_.get(), t, cache_elems, seed_of(seed, Buf::k), 1.0f, s);
+    fill_random(v_cache_.get(), t, cache_elems, seed_of(seed, Buf::v), 1.0f, s);
+    for (DeviceBuffer* b : {&xn_, &qkv_, &q_, &k_new_, &v_new_, &attn_, &o_, &xn2_, &gate_up_, &act_, &out_})
+      PB_CUDA_CHECK(cudaMemsetAsync(b->get(), 0, b->bytes(), s));
+    std::vector<std::int32_t> pos(M);
+    for (std::size_t m = 0; m < M; ++m) pos[m] = static_cast<std::int32_t>(prefill_ ? m % S_ : pos_);
+    upload(positions_.get(), pos.data(), M * sizeof(std::int32_t), s);
+
+    qkv_proj_ = std::make_unique<CublasLtLinear>(ctx, t, LinearShape{M, Nqkv, h}, xn_.get(), w_qkv_.get(), qkv_.get());
+    o_proj_ = std::make_unique<CublasLtLinear>(ctx, t, LinearShape{M, h, Nq}, attn_.get(), w_o_.get(), o_.get());
+    gate_up_proj_ =
+        std::make_unique<CublasLtLinear>(ctx, t, LinearShape{M, 2 * I, h}, xn2_.get(), w_gate_up_.get(), gate_up_.get());
+    down_proj_ = std::make_unique<CublasLtLinear>(ctx, t, LinearShape{M, h, I}, act_.get(), w_down_.get(), out_.get());
+
+    ap_.dtype = t;
+    ap_.k_new = k_new_.get();
+    ap_.v_new = v_new_.get();
+    ap_.k_cache = k_cache_.get();
+    ap_.v_cache = v_cache_.get();
+    ap_.B = B_;
+    ap_.S = S_;
+    ap_.Hkv = Hkv_;
+    ap_.D = D_;
+    ap_.capacity = cap_;
+    ap_.pos = pos_;
+
+    if (prefill_) {
+      // Prefill attention reads the step's own (roped) k and v: no cached prefix.
+      pp_.dtype = t;
+      pp_.q = q_.get();
+      pp_.k = k_new_.get();
+      pp_.v = v_new_.get();
+      pp_.out = attn_.get();
+      pp_.B = B_;
+      pp_.S = S_;
+      pp_.Hq = Hq_;
+      pp_.Hkv = Hkv_;
+      pp_.D = D_;
+    } else {
+      dp_.dtype = t;
+      dp_.q = q_.get();
+      dp_.out = attn_.get();
+      dp_.k = k_cache_.get();
+      dp_.v = v_cache_.get();
+      dp_.B = B_;
+      dp_.Hq = Hq_;
+      dp_.Hkv = Hkv_;
+      dp_.L = L_;
+      dp_.D = D_;
+      dp_.splits = splits_;
+      dp_.workspace = ws_floats ? ws_.as<float>() : nullptr;
+    }
+    PB_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+
+  void run() override {
+    const DType t = r_.dtype;
+    const auto s = ctx_.stream;
+    {
+      auto range = nvtx_range(prefix_ + "/attn_norm");
+      launch_rmsnorm(t, x_.get(), w_attn_norm_.get(), xn_.get(), M_, h_, kNormEps, s);
+    }
+    {
+      auto range = nvtx_range(prefix_ + "/qkv_proj");
+      qkv_proj_->run();
+    }
+    {
+      auto range = nvtx_range(prefix_ + "/rope");
+      launch_rope_neox(t, qkv_.get(), positions_.as<std::int32_t>(), M_, Hq_, Hkv_, D_, kRopeTheta, s);
+    }
+    {
+      auto range = nvtx_range(prefix_ + "/qkv_split");
+      launch_qkv_split(qkv_.get(), q_.get(), k_new_.get(), v_new_.get(), M_, Nq_, Nkv_, s);
+    }
+    {
+      auto range = nvtx_range(prefix_ + "/kv_append");
+      launch_kv_append(ap_, s);
+    }
+    {
+      auto range = nvtx_range(prefix_ + "/attention");
+      if (prefill_)
+        launch_prefill_flash(pp_, s);
+      else
+        launch_decode_attention(dp_, chunk_, s);
+    }
+    {
+      auto range = nvtx_range(prefix_ + "/o_proj");
+      o_proj_->run();
+    }
+    {
+      auto range = nvtx_range(prefix_ + "/mlp_norm");
+      launch_rmsnorm(t, o_.get(), w_mlp_norm_.get(), xn2_.get(), M_, h_, kNormEps, s);
+    }
+    {
+      auto range = nvtx_range(prefix_ + "/gate_up_proj");
+      gate_up_proj_->run();
+    }
+    {
+      auto range = nvtx_range(prefix_ + "/act_mul");
+      launch_silu_mul(t, gate_up_.get(), act_.get(), M_, I_, s);
+    }
+    {
+      auto range = nvtx_range(prefix_ + "/down_proj");
+      down_proj_->run();
+    }
+  }
+
+  std::vector<std::string> op_names() const override {
+    return {"attn_norm", "qkv_proj", "rope", "qkv_split", "kv_append", "attention",
+            "o_proj",    "mlp_norm", "gate_up_proj", "act_mul", "down_proj"};
+  }
+
+  // Runs the layer once, then follows a few tokens through a CPU reference of
+  // the whole layer and compares: the token's own K and V in the cache (after
+  // qkv_proj, rope, split and append), its attention output, and the layer's
+  // output. The reference's other context tokens (earlier cache entries, and in
+  // prefill the prompt's other tokens) are read from the device cache. Tokens:
+  // decode, the first and the last sequence; prefill, the last token of the first
+  // sequence, the middle token of the last one and token 0. Tolerance: twice the
+  // dtype's (atol scaled by the sum of |x*w| where the value is a projection),
+  // since six ops' roundings compound along the chain.
+  void verify() override {
+    run();
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    if (fault_) {
+      PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx_.stream));
+      PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    }
+    const DType t = r_.dtype;
+    const std::size_t es = element_bytes(t);
+    const std::size_t h = static_cast<std::size_t>(h_), I = static_cast<std::size_t>(I_), D = static_cast<std::size_t>(D_),
+                      Nq = static_cast<std::size_t>(Nq_), Nkv = static_cast<std::size_t>(Nkv_), Nqkv = Nq + 2 * Nkv;
+    RefWeights w{t, {}, {}, {}, {}, {}, {}};
+    w.attn_norm = download_u16(w_attn_norm_.get(), h, ctx_.stream);
+    w.qkv = download_u16(w_qkv_.get(), Nqkv * h, ctx_.stream);
+    w.o = download_u16(w_o_.get(), h * Nq, ctx_.stream);
+    w.mlp_norm = download_u16(w_mlp_norm_.get(), h, ctx_.stream);
+    w.gate_up = download_u16(w_gate_up_.get(), 2 * I * h, ctx_.stream);
+    w.down = download_u16(w_down_.get(), h * I, ctx_.stream);
+    const auto base = reference::tolerance_for(t);
+    const reference::Tolerance tol{2 * base.atol, 2 * base.rtol};
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    const int G = Hq_ / Hkv_;
+
+    std::vector<std::pair<int, int>> tokens;  // (sequence, token within the step)
+    if (prefill_)
+      tokens = {{0, S_ - 1}, {B_ - 1, (S_ - 1) / 2}, {0, 0}};
+    else
+      tokens = {{0, 0}, {B_ - 1, 0}};
+    std::sort(tokens.begin(), tokens.end());
+    tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+
+    for (const auto& [b, s] : tokens) {
+      const std::size_t m = static_cast<std::size_t>(b) * S_ + s;
+      const int pos = prefill_ ? s : pos_;  // cache position (and RoPE position) of the token
+      const std::size_t ctx_len = static_cast<std::size_t>(pos) + 1;
+      std::ostringstream where;
+      where << shape() << ", sequence " << b << ", token " << s << " (position " << pos << ")";
+
+      // attn_norm -> qkv_proj -> rope.
+      const std::vector<float> x = download_as_float(elem_ptr(x_.get(), m * h, es), t, h, ctx_.stream);
+      const std::vector<float> xn = ref_rmsnorm(w, x, w.attn_norm);
+      std::vector<float> qkv;
+      std::vector<double> qkv_abs;
+      ref_linear(w, w.qkv, xn, Nqkv, qkv, &qkv_abs);
+      for (int head = 0; head < Hq_ + Hkv_; ++head)
+        ref_rope(t, qkv.data() + head * D, qkv_abs.data() + head * D, D_, pos);
+
+      // This sequence's K and V cache rows [Hkv][ctx_len][D], read back from the device.
+      std::vector<float> K, V;
+      for (int which = 0; which < 2; ++which) {
+        const void* cache = which == 0 ? k_cache_.get() : v_cache_.get();
+        std::vector<unsigned char> raw(Hkv_ * ctx_len * D * es);
+        PB_CUDA_CHECK(cudaMemcpy2DAsync(raw.data(), ctx_len * D * es,
+                                        elem_ptr(cache, static_cast<std::size_t>(b) * Hkv_ * cap_ * D, es),
+                                        static_cast<std::size_t>(cap_) * D * es, ctx_len * D * es, Hkv_,
+                                        cudaMemcpyDeviceToHost, ctx_.stream));
+        PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+        (which == 0 ? K : V) = reference::to_float(raw.data(), t, raw.size() / es);
+      }
+      // The token's own K and V slots against the reference (qkv_proj, rope, split, append).
+      for (int which = 0; which < 2; ++which) {
+        const std::vector<float>& cache = which == 0 ? K : V;
+        const std::size_t off = Nq + (which == 0 ? 0 : Nkv);
+        std::vector<float> got(Nkv);
+        for (int hk = 0; hk < Hkv_; ++hk)
+          for (std::size_t d = 0; d < D; ++d) got[hk * D + d] = cache[(hk * ctx_len + pos) * D + d];
+        const std::vector<double> want(qkv.begin() + static_cast<std::ptrdiff_t>(off),
+                                       qkv.begin() + static_cast<std::ptrdiff_t>(off + Nkv));
+        const std::vector<double> sc(qkv_abs.begin() + static_cast<std::ptrdiff_t>(off),
+                                     qkv_abs.begin() + static_cast<std::ptrdiff_t>(off + Nkv));
+        reference::check_close(got, want, tol,
+                               where.str() + ": its " + (which == 0 ? "K" : "V") +
+                                   " in the cache (elements are kv_head * D + d)",
+                               &sc);
+      }
+      // attention: keys 0..pos, the token's own from the reference, the others from the cache.
+      const float* own_k = qkv.data() + Nq;
+      const float* own_v = qkv.data() + Nq + Nkv;
+      std::vector<float> attn(Nq);
+      for (int hq = 0; hq < Hq_; ++hq) {
+        const std::size_t hk = static_cast<std::size_t>(hq / G);
+        auto key = [&](std::size_t l) {
+          return l == static_cast<std::size_t>(pos) ? own_k + hk * D : K.data() + (hk * ctx_len + l) * D;
+        };
+        auto value = [&](std::size_t l) {
+          return l == static_cast<std::size_t>(pos) ? own_v + hk * D : V.data() + (hk * ctx_len + l) * D;
+        };
+        reference::decode_attention_head(qkv.data() + hq * D, ctx_len, D, scale, key, value, attn.data() + hq * D);
+      }
+      for (float& a : attn) a = reference::round_to(a, t);
+      {
+        const std::vector<float> got = download_as_float(elem_ptr(attn_.get(), m * Nq, es), t, Nq, ctx_.stream);
+        reference::check_close(got, std::vector<double>(attn.begin(), attn.end()), tol,
+                               where.str() + ": attention output (elements are q_head * D + d)");
+      }
+      // o_proj -> mlp_norm -> gate_up_proj -> act_mul -> down_proj.
+      std::vector<float> o, gu, out;
+      ref_linear(w, w.o, attn, h, o, nullptr);
+      const std::vector<float> xn2 = ref_rmsnorm(w, o, w.mlp_norm);
+      ref_linear(w, w.gate_up, xn2, 2 * I, gu, nullptr);
+      const std::vector<float> act = ref_silu_mul(t, gu);
+      std::vector<double> out_abs;
+      ref_linear(w, w.down, act, h, out, &out_abs, false);
+      const std::vector<float> got = download_as_float(elem_ptr(out_.get(), m * h, es), t, h, ctx_.stream);
+      reference::check_close(got, std::vector<double>(out.begin(), out.end()), tol,
+                             where.str() + ": layer output (elements are hidden indices)", &out_abs);
+    }
+  }
+
+  std::vector<float> output_as_float() override {
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return download_as_float(out_.get(), r_.dtype, static_cast<std::size_t>(M_) * h_, ctx_.stream);
+  }
+  void set_fault_injection(bool on) override { fault_ = on; }
+
+ private:
+  std::string shape() const {
+    std::ostringstream os;
+    os << (prefill_ ? "prefill" : "decode") << " " << to_string(r_.dtype) << " B=" << B_
+       << (prefill_ ? " S=" : " L=") << L_ << " h=" << h_ << " I=" << I_ << " Hq=" << Hq_ << " Hkv=" << Hkv_
+       << " D=" << D_;
+    if (!prefill_) os << " splits=" << splits_;
+    return os.str();
+  }
+
+  Context& ctx_;
+  OpRequest r_;
+  bool prefill_ = false;
+  bool fault_ = false;
+  int B_ = 0, S_ = 0, M_ = 0, L_ = 0, h_ = 0, I_ = 0, Hq_ = 0, Hkv_ = 0, D_ = 0, Nq_ = 0, Nkv_ = 0;
+  int cap_ = 0, pos_ = 0, chunk_ = 1, splits_ = 1;
+  std::string prefix_;
+  DeviceBuffer w_attn_norm_, w_qkv_, w_o_, w_mlp_norm_, w_gate_up_, w_down_;
+  DeviceBuffer x_, xn_, qkv_, q_, k_new_, v_new_, attn_, o_, xn2_, gate_up_, act_, out_;
+  DeviceBuffer k_cache_, v_cache_, positions_, ws_;
+  std::unique_ptr<CublasLtLinear> qkv_proj_, o_proj_, gate_up_proj_, down_proj_;
+  KvAppendParams ap_;
+  DecodeAttentionParams dp_;
+  PrefillAttentionParams pp_;
+};
+
+}  // namespace
+
+bool layer_op_implemented(DType dtype, Impl impl) {
+  return impl == Impl::own && (dtype == DType::bf16 || dtype == DType::fp16);
+}
+
+std::optional<std::string> layer_op_unsupported(const Context& ctx, const OpRequest& r) {
+  if (!layer_op_implemented(r.dtype, r.impl))
+    return "layer: the CUDA backend runs whole layers in bf16 or fp16 with impl own, not " +
+           std::string(to_string(r.dtype)) + " " + std::string(to_string(r.impl));
+  const auto& d = r.layer;
+  if (d.norms_per_layer != 2)
+    return "layer: " + std::to_string(d.norms_per_layer) +
+           " norms per layer (sandwich norms, gemma2) are not implemented; the layer runs two";
+  const StepShape st = layer_step(r);
+  for (auto [v, name] : {std::pair{d.hidden, "hidden"}, {d.intermediate, "intermediate"}, {d.heads, "heads"},
+                         {d.kv_heads, "kv heads"}, {d.head_dim, "head_dim"}, {st.batch, "batch"},
+                         {st.new_tokens, "tokens"}})
+    if (v == 0) return std::string("layer: ") + name + " must be >= 1";
+  if (st.phase == Phase::decode && st.context == 0) return std::string("layer: a decode step needs context >= 1");
+  if (d.hidden % 8 || d.intermediate % 8)
+    return "layer: hidden (" + std::to_string(d.hidden) + ") and intermediate (" + std::to_string(d.intermediate) +
+           ") sizes must be multiples of 8";
+  const auto t = r.dtype;
+  const auto Hq = static_cast<long long>(d.heads), Hkv = static_cast<long long>(d.kv_heads),
+             D = static_cast<long long>(d.head_dim);
+  std::string why = st.phase == Phase::prefill ? prefill_attention_unsupported(t, Hq, Hkv, D, false)
+                                               : decode_attention_unsupported(t, Hq, Hkv, D, false, 0);
+  if (!why.empty()) return "layer: " + why;
+  why = kv_append_unsupported(t, D, false, 0);
+  if (!why.empty()) return "layer: " + why;
+  const auto M = st.batch * st.new_tokens;
+  const auto Nq = d.heads * d.head_dim, Nqkv = (d.heads + 2 * d.kv_heads) * d.head_dim;
+  for (const LinearShape& s : {LinearShape{M, Nqkv, d.hidden}, LinearShape{M, d.hidden, Nq},
+                               LinearShape{M, 2 * d.intermediate, d.hidden}, LinearShape{M, d.hidden, d.intermediate}})
+    if (auto w = cublaslt_linear_unsupported(t, s, ctx.cc_major, ctx.cc_minor)) return "layer: " + *w;
+  return std::nullopt;
+}
+
+std::unique_ptr<PreparedOp> make_layer_op(Context& ctx, const OpRequest& r) {
+  if (r.kind != OpKind::layer) throw std::logic_error("make_layer_op: not a layer request");
+  return std::make_unique<LayerOp>(ctx, r);
+}
+
+}  // namespace phasebench::cuda

@@ -1,0 +1,44 @@
+#pragma once
+// One whole transformer layer (OpKind::layer) as a PreparedOp: the sequence of
+// model.hpp's layer_ops, as an engine runs it, all on the context's stream:
+//
+//   attn_norm (RMSNorm) -> qkv_proj (cuBLASLt) -> rope (q, k in place on qkv)
+//   -> qkv_split (q, k, v out of the fused buffer) -> kv_append (contiguous cache)
+//   -> attention (decode: decode_attention over L; prefill: flash over S)
+//   -> o_proj -> mlp_norm -> gate_up_proj -> act_mul (SiLU * up) -> down_proj
+//
+// Residual adds are omitted (layer_ops counts none): mlp_norm normalises the
+// o_proj output and the layer's output is down_proj's. qkv_split is the one op
+// beyond layer_ops: the attention and KV-append kernels take packed
+// [tokens, heads, D] buffers, the fused projection emits [tokens, (Hq+2Hkv)*D].
+// Each op runs inside an NVTX range "<request name>/<op name>".
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "cuda/cuda_common.hpp"
+
+namespace phasebench::cuda {
+
+// bf16 and fp16, our own composition of kernels (Impl::own).
+bool layer_op_implemented(DType dtype, Impl impl);
+// Why this layer request cannot run (dtype, a dimension no constituent kernel
+// takes, sandwich norms), or nothing. Memory is checked by the caller.
+std::optional<std::string> layer_op_unsupported(const Context& ctx, const OpRequest& r);
+std::unique_ptr<PreparedOp> make_layer_op(Context& ctx, const OpRequest& r);
+
+// Test access to the op make_layer_op returns (dynamic_cast the PreparedOp).
+class LayerOpAccess {
+ public:
+  virtual ~LayerOpAccess() = default;
+  // The layer's output [B*S, hidden] decoded to floats (synchronises).
+  virtual std::vector<float> output_as_float() = 0;
+  // Test only: verify() zeroes the output before comparing, so it must throw.
+  virtual void set_fault_injection(bool on) = 0;
+  // The names of the ops run() enqueues, in order (the NVTX ranges' suffixes).
+  virtual std::vector<std::string> op_names() const = 0;
+};
+
+}  // namespace phasebench::cuda

@@ -1,0 +1,279 @@
+// Whole-layer points: the request's cost is layer_ops' sum, the sweep builds
+// them only where the backend implements them, and the results carry measured
+// and predicted step times (layer x layers + lm_head) with their sources.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "fixture.hpp"
+#include "phasebench/analytical.hpp"
+#include "phasebench/gpu_specs.hpp"
+#include "summary.hpp"
+#include "sweep.hpp"
+
+using namespace phasebench;
+
+namespace {
+
+OpRequest layer_request(const ModelConfig& m, Phase ph, std::uint64_t B, std::uint64_t n, DType t) {
+  OpRequest r;
+  r.kind = OpKind::layer;
+  r.dtype = t;
+  r.layer = LayerDims::of(m);
+  r.layer_phase = ph;
+  if (ph == Phase::prefill)
+    r.prefill = {B, m.heads, m.kv_heads, n, m.head_dim};
+  else
+    r.attention = {B, m.heads, m.kv_heads, n, m.head_dim};
+  return r;
+}
+
+OpCost sum_of(const std::vector<LayerOp>& ops) {
+  OpCost c;
+  for (const auto& o : ops) c += o.cost;
+  return c;
+}
+
+void expect_same(const OpCost& a, const OpCost& b) {
+  EXPECT_EQ(a.flops, b.flops);
+  EXPECT_EQ(a.bytes.weights, b.bytes.weights);
+  EXPECT_EQ(a.bytes.kv_cache, b.bytes.kv_cache);
+  EXPECT_EQ(a.bytes.activations, b.bytes.activations);
+  EXPECT_EQ(a.bytes.writes, b.bytes.writes);
+  EXPECT_EQ(a.bytes.total(), b.bytes.total());
+}
+
+}  // namespace
+
+TEST(LayerRequest, CostIsTheSumOfLayerOps) {
+  for (const char* name : {"llama-3.1-8b", "llama-3.1-70b"}) {
+    const auto m = load_model(name);
+    for (DType t : {DType::bf16, DType::fp16}) {
+      const auto p = Precision::from(t, t);
+      const auto pre = layer_request(m, Phase::prefill, 4, 512, t);
+      expect_same(pre.cost(), sum_of(layer_ops(m, {Phase::prefill, 4, 512, 0}, p)));
+      const auto dec = layer_request(m, Phase::decode, 8, 4096, t);
+      expect_same(dec.cost(), sum_of(layer_ops(m, {Phase::decode, 8, 1, 4096}, p)));
+      // The step the request describes, and its op list, are layer_ops' own.
+      EXPECT_EQ(layer_step(dec).context, 4096u);
+      EXPECT_EQ(layer_step(pre).new_tokens, 512u);
+      EXPECT_EQ(layer_request_ops(dec).size(), layer_ops(m, {Phase::decode, 8, 1, 4096}, p).size());
+    }
+  }
+}
+
+TEST(LayerRequest, FootprintCoversWeightsActivationsAndCache) {
+  const auto m = load_model("llama-3.1-8b");
+  const auto r = layer_request(m, Phase::decode, 8, 4096, DType::bf16);
+  const std::uint64_t weights = 2 * layer_parameter_count(m);  // bf16, no biases
+  const std::uint64_t cache = 2ull * 2 * 8 * m.kv_heads * 4096 * m.head_dim;
+  EXPECT_GT(r.footprint_bytes(), weights + cache);
+  EXPECT_LT(r.footprint_bytes(), weights + cache + (64ull << 20));  // activations of 8 tokens are small
+}
+
+TEST(LayerSweep, TheCpuBackendHasNoLayerPoints) {
+  auto cpu = make_cpu_backend();
+  EXPECT_FALSE(cpu->implements(OpKind::layer, DType::fp32, Impl::own));
+  SweepConfig c;
+  apply_defaults(c, *cpu);
+  EXPECT_TRUE(build_sweep(c, *cpu).size() > 0);
+  for (const auto& p : build_sweep(c, *cpu)) EXPECT_NE(p.op, "layer") << p.name;
+  c.groups = {"layer"};
+  EXPECT_TRUE(build_sweep(c, *cpu).empty());
+}
+
+namespace {
+
+class FakeOp : public PreparedOp {
+ public:
+  void run() override {}
+  void verify() override {}
+};
+
+// Implements everything; times a layer at 1 ms and anything else at 0.2 ms.
+class FakeBackend : public Backend {
+ public:
+  explicit FakeBackend(std::optional<GpuSpec> spec) {
+    info_.backend = "fake";
+    info_.name = "fake";
+    info_.slug = "fake";
+    info_.spec = std::move(spec);
+    ceilings_.add_compute(DType::bf16, {1e15, CeilingSource::measured, "fake"});
+    ceilings_.add_bandwidth({3e12, CeilingSource::measured, "fake"});
+  }
+  const DeviceInfo& device() const override { return info_; }
+  Ceilings ceilings() const override { return ceilings_; }
+  void measure_ceilings(const std::vector<DType>&) override {}
+  bool implements(OpKind, DType, Impl) const override { return true; }
+  std::optional<std::string> cannot_run(const OpRequest&) const override { return std::nullopt; }
+  std::unique_ptr<PreparedOp> prepare(const OpRequest& r) override {
+    kinds_[r.kind]++;
+    auto op = std::make_unique<FakeOp>();
+    kind_of_[op.get()] = r.kind;
+    return op;
+  }
+  Sample time(PreparedOp& op, const TimingOptions&) override {
+    return {kind_of_[&op] == OpKind::layer ? 1e-3 : 2e-4, 1};
+  }
+  void profile(PreparedOp&, const std::string&) override {}
+
+ private:
+  DeviceInfo info_;
+  Ceilings ceilings_;
+  std::map<OpKind, int> kinds_;
+  std::map<const PreparedOp*, OpKind> kind_of_;
+};
+
+void run_points(BenchContext& ctx, const std::vector<Point>& pts) {
+  benchmark::ClearRegisteredBenchmarks();
+  register_points(ctx, pts);
+  static const char* argv0 = "test";
+  int argc = 1;
+  char* argv[] = {const_cast<char*>(argv0), nullptr};
+  benchmark::Initialize(&argc, argv);
+  struct Null : benchmark::BenchmarkReporter {
+    bool ReportContext(const Context&) override { return true; }
+    void ReportRuns(const std::vector<Run>&) override {}
+  } null;
+  benchmark::RunSpecifiedBenchmarks(&null);
+}
+
+SweepConfig small_config() {
+  SweepConfig c;
+  c.dtypes = {DType::bf16};
+  c.prefill_batches = {1};
+  c.prompts = {512};
+  c.decode_batches = {8};
+  c.attention_batches = {8};
+  c.contexts = {4096};
+  c.append_batches = {8};
+  c.append_context = 4096;
+  c.prefill_attention_prompts = {512};
+  return c;
+}
+
+// The analytical prediction of one layer and of lm_head for the step.
+std::pair<double, double> predicted(const ModelConfig& m, const GpuSpec& gpu, Phase ph, std::uint64_t B,
+                                    std::uint64_t n) {
+  EstimateInputs in;
+  in.batch = B;
+  in.prompt = ph == Phase::prefill ? n : 1;
+  in.context = ph == Phase::decode ? n : 1;
+  in.dtype = in.kv_dtype = DType::bf16;
+  in.ceiling = CeilingSource::datasheet;
+  const auto e = estimate(m, gpu, in);
+  double layer = 0, lm = 0;
+  for (const auto& o : (ph == Phase::prefill ? e.prefill : e.decode).ops) {
+    if (o.op.name == "lm_head")
+      lm = o.time_s;
+    else if (o.op.name != "embed" && o.op.name != "final_norm")
+      layer += o.time_s;
+  }
+  return {layer, lm};
+}
+
+}  // namespace
+
+TEST(LayerSweep, PointsWhereTheBackendImplementsThem) {
+  FakeBackend fake(std::nullopt);
+  auto c = small_config();
+  c.groups = {"layer"};
+  const auto pts = build_sweep(c, fake);
+  ASSERT_EQ(pts.size(), 2u);
+  std::map<std::string, Point> by_name;
+  for (const auto& p : pts) by_name[p.name] = p;
+  ASSERT_TRUE(by_name.count("prefill/layer/llama-3.1-8b/bf16/batch:1/prompt:512"));
+  ASSERT_TRUE(by_name.count("decode/layer/llama-3.1-8b/bf16/batch:8/context:4096"));
+  const auto& d = by_name.at("decode/layer/llama-3.1-8b/bf16/batch:8/context:4096");
+  EXPECT_EQ(d.phase, "decode");
+  EXPECT_EQ(d.op, "layer");
+  EXPECT_EQ(d.args.at("layers"), 32u);
+  EXPECT_EQ(d.args.at("vocab"), 128256u);
+  EXPECT_EQ(d.request.kind, OpKind::layer);
+  EXPECT_EQ(d.request.layer_phase, Phase::decode);
+  EXPECT_EQ(d.request.attention.L, 4096u);
+  EXPECT_EQ(d.request.layer.hidden, 4096u);
+  EXPECT_EQ(d.request.name, d.name);  // the prefix of the per-op NVTX ranges
+}
+
+TEST(LayerResults, MeasuredAndPredictedStepTimes) {
+  const auto gpu = GpuTable::load().find("h100-sxm");
+  ASSERT_TRUE(gpu.has_value());
+  FakeBackend fake(gpu);
+  BenchContext ctx(fake, RunOptions{});
+  auto c = small_config();
+  c.groups = {"decode_linear", "layer"};
+  run_points(ctx, build_sweep(c, fake));
+  const auto m = load_model("llama-3.1-8b");
+
+  // Decode: lm_head measured by the decode GEMV point of batch 8 (0.2 ms).
+  const auto dj = ctx.point_json("decode/layer/llama-3.1-8b/bf16/batch:8/context:4096");
+  ASSERT_EQ(dj.at("status"), "ok");
+  ASSERT_TRUE(dj.contains("layer"));
+  const auto& dl = dj.at("layer");
+  EXPECT_EQ(dl.at("layers"), 32);
+  EXPECT_EQ(dl.at("step"), "per_token");
+  EXPECT_DOUBLE_EQ(dl.at("measured_layer_s").get<double>(), 1e-3);
+  EXPECT_DOUBLE_EQ(dl.at("lm_head_s").get<double>(), 2e-4);
+  EXPECT_NE(dl.at("lm_head_source").get<std::string>().find("measured: decode/gemv/llama-3.1-8b.lm_head/bf16/batch:8"),
+            std::string::npos);
+  EXPECT_DOUBLE_EQ(dl.at("measured_step_s").get<double>(), 32 * 1e-3 + 2e-4);
+  const auto [dlayer, dlm] = predicted(m, *gpu, Phase::decode, 8, 4096);
+  EXPECT_DOUBLE_EQ(dl.at("predicted_layer_s").get<double>(), dlayer);
+  EXPECT_DOUBLE_EQ(dl.at("predicted_step_s").get<double>(), 32 * dlayer + dlm);
+  EXPECT_DOUBLE_EQ(dl.at("ratio").get<double>(), (32 * 1e-3 + 2e-4) / (32 * dlayer + dlm));
+  EXPECT_EQ(dl.at("ceiling_source"), "datasheet");
+  EXPECT_EQ(dl.at("gpu_spec"), "h100-sxm");
+  EXPECT_GT(dl.at("unmodelled_bytes").at("qkv_split").get<std::uint64_t>(), 0u);
+  EXPECT_EQ(dj.at("shape").at("L"), 4096);
+
+  // Prefill at batch 1: no GEMV point of batch 1 in this run, so lm_head is predicted.
+  const auto pj = ctx.point_json("prefill/layer/llama-3.1-8b/bf16/batch:1/prompt:512");
+  ASSERT_EQ(pj.at("status"), "ok");
+  const auto& pl = pj.at("layer");
+  EXPECT_EQ(pl.at("step"), "ttft");
+  const auto [player, plm] = predicted(m, *gpu, Phase::prefill, 1, 512);
+  EXPECT_EQ(pl.at("lm_head_source").get<std::string>().rfind("predicted", 0), 0u);
+  EXPECT_DOUBLE_EQ(pl.at("lm_head_s").get<double>(), plm);
+  EXPECT_DOUBLE_EQ(pl.at("measured_step_s").get<double>(), 32 * 1e-3 + plm);
+  EXPECT_DOUBLE_EQ(pl.at("predicted_step_s").get<double>(), 32 * player + plm);
+  // The flops of the point are the layer's (causal prefill attention included).
+  EXPECT_EQ(pj.at("flops").get<std::uint64_t>(),
+            sum_of(layer_ops(m, {Phase::prefill, 1, 512, 0}, Precision::from(DType::bf16, DType::bf16))).flops);
+}
+
+TEST(LayerResults, UnknownGpuHasNoPrediction) {
+  FakeBackend fake(std::nullopt);
+  BenchContext ctx(fake, RunOptions{});
+  auto c = small_config();
+  c.groups = {"decode_linear", "layer"};
+  run_points(ctx, build_sweep(c, fake));
+  const auto dj = ctx.point_json("decode/layer/llama-3.1-8b/bf16/batch:8/context:4096");
+  const auto& dl = dj.at("layer");
+  EXPECT_TRUE(dl.at("predicted_layer_s").is_null());
+  EXPECT_TRUE(dl.at("predicted_step_s").is_null());
+  EXPECT_TRUE(dl.at("ratio").is_null());
+  EXPECT_DOUBLE_EQ(dl.at("measured_step_s").get<double>(), 32 * 1e-3 + 2e-4);  // lm_head still measured
+  const auto pj = ctx.point_json("prefill/layer/llama-3.1-8b/bf16/batch:1/prompt:512");
+  const auto& pl = pj.at("layer");
+  EXPECT_TRUE(pl.at("lm_head_s").is_null());  // neither measured nor predictable
+  EXPECT_TRUE(pl.at("measured_step_s").is_null());
+}
+
+TEST(LayerResults, SummaryPrintsMeasuredVersusPredicted) {
+  const auto gpu = GpuTable::load().find("h100-sxm");
+  ASSERT_TRUE(gpu.has_value());
+  FakeBackend fake(gpu);
+  BenchContext ctx(fake, RunOptions{});
+  auto c = small_config();
+  c.groups = {"decode_linear", "layer"};
+  const auto pts = build_sweep(c, fake);
+  run_points(ctx, pts);
+  nlohmann::json results;
+  for (const auto& p : pts)
+    results["benchmarks"].push_back({{"name", p.name}, {"run_type", "iteration"}, {"phasebench", ctx.point_json(p.name)}});
+  const auto text = summarize(results);
+  EXPECT_NE(text.find("whole layer: measured vs predicted"), std::string::npos) << text;
+  EXPECT_NE(text.find("decode/layer/llama-3.1-8b/bf16/batch:8/context:4096"), std::string::npos) << text;
+  EXPECT_NE(text.find("32.200 ms"), std::string::npos) << text;  // 32 x 1 ms + 0.2 ms lm_head
+}
