@@ -393,7 +393,8 @@ class CpuDecodeAttention final : public CpuOp {
 // ------------------------------------------------------------- KV append ----
 class CpuKvAppend final : public CpuOp {
  public:
-  explicit CpuKvAppend(const OpRequest& r) : CpuOp(r.footprint_bytes()), r_(r), s_(r.append) {
+  // The bytes it touches (the new rows and their cache slots) decide cold-cache eviction, not the cache's size.
+  explicit CpuKvAppend(const OpRequest& r) : CpuOp(r.cost().bytes.total()), r_(r), s_(r.append) {
     const auto e = element_bytes(r.dtype);
     paged_ = r.kind == OpKind::kv_append_paged;
     if (r.append_capacity < s_.S) throw Unsupported("KV append: cache capacity is smaller than the tokens appended");
@@ -415,7 +416,31 @@ class CpuKvAppend final : public CpuOp {
       bt_ = scattered_block_table(s_.B, pps_, r.seed + 4);
       track(bt_.data(), bt_.size() * sizeof(std::int32_t));
     }
-    for (const HostBuffer* b : {&nk_, &nv_, &kc_, &vc_}) track(b->get(), b->bytes());
+    track(nk_.get(), nk_.bytes());
+    track(nv_.get(), nv_.bytes());
+    for_each_slot([&](std::uint64_t, std::uint64_t dst) {
+      track(kc_.as<unsigned char>() + dst, s_.D * e);
+      track(vc_.as<unsigned char>() + dst, s_.D * e);
+    });
+  }
+
+  // Calls fn(source byte offset, destination byte offset) for every appended row.
+  template <class Fn>
+  void for_each_slot(Fn&& fn) const {
+    const std::uint64_t row = s_.D * element_bytes(r_.dtype);
+    for (std::uint64_t b = 0; b < s_.B; ++b)
+      for (std::uint64_t s = 0; s < s_.S; ++s)
+        for (std::uint64_t h = 0; h < s_.Hkv; ++h) {
+          const std::uint64_t p = pos_ + s;
+          std::uint64_t dst;
+          if (paged_) {
+            const auto page = static_cast<std::uint64_t>(bt_[b * pps_ + p / P_]);
+            dst = ((page * s_.Hkv + h) * P_ + p % P_) * row;
+          } else {
+            dst = ((b * s_.Hkv + h) * cap_ + p) * row;
+          }
+          fn(((b * s_.S + s) * s_.Hkv + h) * row, dst);
+        }
   }
 
   cpu::KvAppendArgs args() const {
@@ -442,25 +467,13 @@ class CpuKvAppend final : public CpuOp {
   void verify() override {
     run();
     // Every appended row must equal its input, bit for bit.
-    const auto e = element_bytes(r_.dtype);
-    const std::uint64_t row = s_.D * e;
-    for (std::uint64_t b = 0; b < s_.B; ++b)
-      for (std::uint64_t s = 0; s < s_.S; ++s)
-        for (std::uint64_t h = 0; h < s_.Hkv; ++h) {
-          const std::uint64_t p = pos_ + s, src = ((b * s_.S + s) * s_.Hkv + h) * row;
-          std::uint64_t dst;
-          if (paged_) {
-            const auto page = static_cast<std::uint64_t>(bt_[b * pps_ + p / P_]);
-            dst = ((page * s_.Hkv + h) * P_ + p % P_) * row;
-          } else {
-            dst = ((b * s_.Hkv + h) * cap_ + p) * row;
-          }
-          if (std::memcmp(kc_.as<unsigned char>() + dst, nk_.as<unsigned char>() + src, row) != 0 ||
-              std::memcmp(vc_.as<unsigned char>() + dst, nv_.as<unsigned char>() + src, row) != 0)
-            throw VerificationError(std::string(to_string(r_.kind)) + ": token " + std::to_string(s) + " of sequence " +
-                                    std::to_string(b) + ", kv head " + std::to_string(h) +
-                                    " was not written to its cache slot");
-        }
+    const std::uint64_t row = s_.D * element_bytes(r_.dtype);
+    for_each_slot([&](std::uint64_t src, std::uint64_t dst) {
+      if (std::memcmp(kc_.as<unsigned char>() + dst, nk_.as<unsigned char>() + src, row) != 0 ||
+          std::memcmp(vc_.as<unsigned char>() + dst, nv_.as<unsigned char>() + src, row) != 0)
+        throw VerificationError(std::string(to_string(r_.kind)) + ": the new row at byte offset " + std::to_string(src) +
+                                " was not written to its cache slot (byte offset " + std::to_string(dst) + ")");
+    });
   }
 
  private:

@@ -36,53 +36,81 @@ void run(const DecodeAttentionArgs& a) {
   const T* v_all = static_cast<const T*>(a.v);
   T* out_all = static_cast<T*>(a.out);
   const bool paged = a.block_table != nullptr;
-  // Row pointer for token l of (b, h): contiguous [B,Hkv,L,D] or paged [pages,Hkv,P,D].
-  auto row = [&](const T* base, std::uint64_t b, std::uint64_t h, std::uint64_t l) -> const T* {
-    if (!paged) return base + ((b * a.Hkv + h) * L + l) * D;
-    const auto page = static_cast<std::uint64_t>(a.block_table[b * a.pages_per_seq + l / a.page_size]);
-    return base + ((page * a.Hkv + h) * a.page_size + l % a.page_size) * D;
+  // Visit the L rows of (b, h) in order: one run of L rows in the contiguous
+  // cache [B,Hkv,L,D], one run per page in the paged pool [pages,Hkv,P,D]; the
+  // block table is read once per page, never a division per token.
+  auto for_each_row = [&](const T* base, std::uint64_t b, std::uint64_t h, auto&& fn) {
+    if (!paged) {
+      const T* p = base + (b * a.Hkv + h) * L * D;
+      for (std::uint64_t l = 0; l < L; ++l) fn(l, p + l * D);
+      return;
+    }
+    const std::uint64_t page_bytes = a.page_size * D * sizeof(T);
+    for (std::uint64_t pg = 0, l0 = 0; l0 < L; ++pg, l0 += a.page_size) {
+      const auto page = static_cast<std::uint64_t>(a.block_table[b * a.pages_per_seq + pg]);
+      const T* p = base + (page * a.Hkv + h) * a.page_size * D;
+      // Pages are scattered, so the hardware prefetcher loses the stream at every
+      // page: ask for the next page while this one is processed.
+      if (l0 + a.page_size < L) {
+        const auto next = static_cast<std::uint64_t>(a.block_table[b * a.pages_per_seq + pg + 1]);
+        const char* np = reinterpret_cast<const char*>(base + (next * a.Hkv + h) * a.page_size * D);
+        for (std::uint64_t o = 0; o < page_bytes; o += 64) __builtin_prefetch(np + o, 0, 3);
+      }
+      const std::uint64_t n = std::min(a.page_size, L - l0);
+      for (std::uint64_t t = 0; t < n; ++t) fn(l0 + t, p + t * D);
+    }
   };
   const std::int64_t tasks = static_cast<std::int64_t>(a.B * a.Hkv);
 #pragma omp parallel
   {
-    std::vector<float> qf(group * D), s(group * L), kf(D), acc(group * D);
+    std::vector<float> qf(group * D), s(group * L), vf(D), acc(group * D);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
       const std::uint64_t b = static_cast<std::uint64_t>(task) / a.Hkv, h = static_cast<std::uint64_t>(task) % a.Hkv;
       for (std::uint64_t j = 0; j < group; ++j)
         decode_row(q_all + (b * a.Hq + h * group + j) * D, qf.data() + j * D, D);
-      // Pass 1: scores. Within a page (or the whole contiguous run) rows are adjacent.
-      for (std::uint64_t l = 0; l < L; ++l) {
-        const T* k = row(k_all, b, h, l);
-        for (std::uint64_t j = 0; j < group; ++j) s[j * L + l] = simd::dot(k, qf.data() + j * D, D) * scale;
-      }
+      // Pass 1: scores. Four query heads per K row load (dot4), the rest one by one.
+      for_each_row(k_all, b, h, [&](std::uint64_t l, const T* k) {
+        std::uint64_t j = 0;
+        for (; j + 4 <= group; j += 4) {
+          const float* q0 = qf.data() + j * D;
+          float r[4];
+          simd::dot4(k, q0, q0 + D, q0 + 2 * D, q0 + 3 * D, D, r);
+          for (std::uint64_t i = 0; i < 4; ++i) s[(j + i) * L + l] = r[i] * scale;
+        }
+        for (; j < group; ++j) s[j * L + l] = simd::dot(k, qf.data() + j * D, D) * scale;
+      });
       // Softmax per query head.
       for (std::uint64_t j = 0; j < group; ++j) {
         float* sj = s.data() + j * L;
         const float mx = *std::max_element(sj, sj + L);
         float sum = 0.f;
+        // Vectorised exp (glibc's libmvec; -fno-math-errno lets the compiler use it):
+        // scalar expf over B*Hq*L scores would cost a fifth of the streaming time.
+#pragma omp simd reduction(+ : sum)
         for (std::uint64_t l = 0; l < L; ++l) {
           sj[l] = std::exp(sj[l] - mx);
           sum += sj[l];
         }
         const float inv = 1.0f / sum;
+#pragma omp simd
         for (std::uint64_t l = 0; l < L; ++l) sj[l] *= inv;
       }
       // Pass 2: weighted sum of V rows.
       std::fill(acc.begin(), acc.end(), 0.f);
-      for (std::uint64_t l = 0; l < L; ++l) {
-        const float* v = kf.data();
+      for_each_row(v_all, b, h, [&](std::uint64_t l, const T* vrow) {
+        const float* v = vf.data();
         if constexpr (sizeof(T) == 4)
-          v = row(v_all, b, h, l);
+          v = vrow;
         else
-          decode_row(row(v_all, b, h, l), kf.data(), D);
+          decode_row(vrow, vf.data(), D);
         for (std::uint64_t j = 0; j < group; ++j) {
           const float p = s[j * L + l];
           float* aj = acc.data() + j * D;
 #pragma omp simd
           for (std::uint64_t d = 0; d < D; ++d) aj[d] += p * v[d];
         }
-      }
+      });
       for (std::uint64_t j = 0; j < group; ++j) {
         T* o = out_all + (b * a.Hq + h * group + j) * D;
         for (std::uint64_t d = 0; d < D; ++d) {

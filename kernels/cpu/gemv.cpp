@@ -32,7 +32,17 @@ void rows(const float* Xf, const WT* W, float* acc_out, std::uint64_t M, std::ui
       simd::dot4(w, x0, x0 + K, x0 + 2 * K, x0 + 3 * K, K, r);
       for (int i = 0; i < 4; ++i) acc_out[(m + static_cast<std::uint64_t>(i)) * nr + (n - n0)] = r[i];
     }
-    for (; m < M; ++m) acc_out[m * nr + (n - n0)] = simd::dot(w, Xf + m * K, K);
+    if (M - m == 1) {
+      acc_out[m * nr + (n - n0)] = simd::dot(w, Xf + m * K, K);
+    } else if (m < M) {
+      // Two or three rows left: one pass over the weight row with the last row
+      // repeated, so W is not re-read from cache per row.
+      const float* x[4];
+      for (std::uint64_t i = 0; i < 4; ++i) x[i] = Xf + std::min(m + i, M - 1) * K;
+      float r[4];
+      simd::dot4(w, x[0], x[1], x[2], x[3], K, r);
+      for (std::uint64_t i = 0; m + i < M; ++i) acc_out[(m + i) * nr + (n - n0)] = r[i];
+    }
   }
 }
 

@@ -16,7 +16,8 @@ void kv_append(const KvAppendArgs& a) {
   const auto* nv = static_cast<const unsigned char*>(a.new_v);
   auto* kc = static_cast<unsigned char*>(a.k_cache);
   auto* vc = static_cast<unsigned char*>(a.v_cache);
-#pragma omp parallel for schedule(static)
+// Small appends (a few KiB) are faster on one thread than a parallel region's fork/join.
+#pragma omp parallel for schedule(static) if (static_cast<std::uint64_t>(rows) * row_bytes > (256u << 10))
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::uint64_t ur = static_cast<std::uint64_t>(r);
     const std::uint64_t h = ur % a.Hkv, s = (ur / a.Hkv) % a.S, b = ur / (a.Hkv * a.S);
