@@ -33,6 +33,22 @@ int input_error(const std::string& msg) {
   return 2;
 }
 
+// Parse a subcommand's options, then run its body; CLI11's own errors (and
+// --help) exit through CLI11, bad input through one "error:" line and status 2.
+template <class Body>
+int run_command(CLI::App& app, int argc, char** argv, Body&& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return body();
+  } catch (const InputError& e) {
+    return input_error(e.what());
+  }
+}
+
 // Interrupted runs: the results file on disk already holds every finished
 // point (rewritten after each); say where it is and leave.
 char g_interrupt_message[4096] = "\nphasebench: interrupted\n";
@@ -231,12 +247,7 @@ int cmd_model(int argc, char** argv) {
   app.add_flag("--simple", simple, "the simple 12*h^2 weights-only layer model of DESIGN.md");
   app.add_option("--hidden", hidden, "hidden size for --simple (default: the model's)");
   app.add_option("--layers", layers, "layers for --simple (default: the model's)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
+  return run_command(app, argc, argv, [&]() -> int {
     const auto table = GpuTable::load();
     const auto spec = table.get(gpu);
     const DType t = parse_dtype(dtype);
@@ -272,38 +283,24 @@ int cmd_model(int argc, char** argv) {
     else
       std::cout << to_text(e);
     return 0;
-  } catch (const InputError& e) {
-    return input_error(e.what());
-  }
+  });
 }
 
 int cmd_models(int argc, char** argv) {
   CLI::App app{"List the shipped model configs.", "phasebench models"};
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
+  return run_command(app, argc, argv, [&]() -> int {
     std::cout << fmt::format("{:<18} {:<34} {:>16} {:>16}\n", "name", "hugging face repo", "parameters", "published");
     for (const auto& s : shipped_models()) {
       const auto m = load_model(s.name);
       std::cout << fmt::format("{:<18} {:<34} {:>16} {:>16}\n", s.name, s.hf_repo, parameter_count(m), s.published_params);
     }
     return 0;
-  } catch (const InputError& e) {
-    return input_error(e.what());
-  }
+  });
 }
 
 int cmd_gpus(int argc, char** argv) {
   CLI::App app{"List the GPU spec table (dense datasheet peaks).", "phasebench gpus"};
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
+  return run_command(app, argc, argv, [&]() -> int {
     const auto table = GpuTable::load();
     std::cout << fmt::format("{:<16} {:<28} {:>8} {:>8} {:>9} {:>9} {:>9}  {}\n", "key", "name", "GB/s", "mem GiB",
                              "bf16 TF", "fp8 TF", "fp32 TF", "driver names");
@@ -319,26 +316,17 @@ int cmd_gpus(int argc, char** argv) {
                                tf(DType::fp32), names);
     }
     return 0;
-  } catch (const InputError& e) {
-    return input_error(e.what());
-  }
+  });
 }
 
 int cmd_summary(int argc, char** argv) {
   CLI::App app{"Print the summary of a results file.", "phasebench summary"};
   std::string path;
   app.add_option("file", path, "results JSON")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
+  return run_command(app, argc, argv, [&]() -> int {
     std::cout << summarize(load_results(path));
     return 0;
-  } catch (const InputError& e) {
-    return input_error(e.what());
-  }
+  });
 }
 
 int cmd_overhead(int argc, char** argv) {
