@@ -27,6 +27,56 @@ inline void decode_row(const T* src, float* dst, std::uint64_t D) {
   }
 }
 
+// acc[j][d] += sum_l p[j][l] * v_l[d] for the `group` heads of one KV head.
+template <class T>
+void accumulate_pv(const T* const* vrows, const float* p, std::uint64_t L, std::uint64_t D, std::uint64_t group,
+                   float* acc, float* scratch) {
+#ifdef PB_CPU_AVX2
+  if (D % 32 == 0) {
+    constexpr std::uint64_t kBlock = 64;
+    for (std::uint64_t l0 = 0; l0 < L; l0 += kBlock) {
+      const std::uint64_t l1 = std::min(L, l0 + kBlock);
+      for (std::uint64_t j0 = 0; j0 < group; j0 += 4) {
+        const std::uint64_t nj = std::min<std::uint64_t>(4, group - j0);
+        for (std::uint64_t d0 = 0; d0 < D; d0 += 32) {
+          __m256 a[4][4];
+          for (std::uint64_t jj = 0; jj < 4; ++jj)
+            for (int c = 0; c < 4; ++c)
+              a[jj][c] = jj < nj ? _mm256_loadu_ps(acc + (j0 + jj) * D + d0 + 8 * c) : _mm256_setzero_ps();
+          for (std::uint64_t l = l0; l < l1; ++l) {
+            const T* v = vrows[l] + d0;
+            const __m256 v0 = simd::load8(v), v1 = simd::load8(v + 8), v2 = simd::load8(v + 16), v3 = simd::load8(v + 24);
+            for (std::uint64_t jj = 0; jj < nj; ++jj) {
+              const __m256 pj = _mm256_set1_ps(p[(j0 + jj) * L + l]);
+              a[jj][0] = _mm256_fmadd_ps(pj, v0, a[jj][0]);
+              a[jj][1] = _mm256_fmadd_ps(pj, v1, a[jj][1]);
+              a[jj][2] = _mm256_fmadd_ps(pj, v2, a[jj][2]);
+              a[jj][3] = _mm256_fmadd_ps(pj, v3, a[jj][3]);
+            }
+          }
+          for (std::uint64_t jj = 0; jj < nj; ++jj)
+            for (int c = 0; c < 4; ++c) _mm256_storeu_ps(acc + (j0 + jj) * D + d0 + 8 * c, a[jj][c]);
+        }
+      }
+    }
+    return;
+  }
+#endif
+  for (std::uint64_t l = 0; l < L; ++l) {
+    const float* v = scratch;
+    if constexpr (sizeof(T) == 4)
+      v = reinterpret_cast<const float*>(vrows[l]);
+    else
+      decode_row(vrows[l], scratch, D);
+    for (std::uint64_t j = 0; j < group; ++j) {
+      const float pj = p[j * L + l];
+      float* aj = acc + j * D;
+#pragma omp simd
+      for (std::uint64_t d = 0; d < D; ++d) aj[d] += pj * v[d];
+    }
+  }
+}
+
 template <class T>
 void run(const DecodeAttentionArgs& a) {
   const std::uint64_t group = a.Hq / a.Hkv, L = a.L, D = a.D;
@@ -64,6 +114,9 @@ void run(const DecodeAttentionArgs& a) {
 #pragma omp parallel
   {
     std::vector<float> qf(group * D), s(group * L), vf(D), acc(group * D);
+    std::vector<const T*> vrows;
+    vrows.reserve(L);
+    std::vector<float> inv_sum(group);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
       const std::uint64_t b = static_cast<std::uint64_t>(task) / a.Hkv, h = static_cast<std::uint64_t>(task) % a.Hkv;
@@ -80,44 +133,27 @@ void run(const DecodeAttentionArgs& a) {
         }
         for (; j < group; ++j) s[j * L + l] = simd::dot(k, qf.data() + j * D, D) * scale;
       });
-      // Softmax per query head.
+      // Softmax per query head; the normalisation is applied to the outputs.
       for (std::uint64_t j = 0; j < group; ++j) {
         float* sj = s.data() + j * L;
         const float mx = *std::max_element(sj, sj + L);
-        float sum = 0.f;
-        // Vectorised exp (glibc's libmvec; -fno-math-errno lets the compiler use it):
-        // scalar expf over B*Hq*L scores would cost a fifth of the streaming time.
-#pragma omp simd reduction(+ : sum)
-        for (std::uint64_t l = 0; l < L; ++l) {
-          sj[l] = std::exp(sj[l] - mx);
-          sum += sj[l];
-        }
-        const float inv = 1.0f / sum;
-#pragma omp simd
-        for (std::uint64_t l = 0; l < L; ++l) sj[l] *= inv;
+        inv_sum[j] = 1.0f / simd::exp_shift_sum(sj, L, mx);
       }
-      // Pass 2: weighted sum of V rows.
+      // Pass 2: weighted sum of V rows, over blocks of 64 tokens so that the
+      // accumulators of up to four heads x 32 columns stay in registers while
+      // the block's V rows stream through (an accumulator array updated in
+      // memory per row would be bound by the stores).
       std::fill(acc.begin(), acc.end(), 0.f);
-      for_each_row(v_all, b, h, [&](std::uint64_t l, const T* vrow) {
-        const float* v = vf.data();
-        if constexpr (sizeof(T) == 4)
-          v = vrow;
-        else
-          decode_row(vrow, vf.data(), D);
-        for (std::uint64_t j = 0; j < group; ++j) {
-          const float p = s[j * L + l];
-          float* aj = acc.data() + j * D;
-#pragma omp simd
-          for (std::uint64_t d = 0; d < D; ++d) aj[d] += p * v[d];
-        }
-      });
+      vrows.clear();
+      for_each_row(v_all, b, h, [&](std::uint64_t, const T* vrow) { vrows.push_back(vrow); });
+      accumulate_pv(vrows.data(), s.data(), L, D, group, acc.data(), vf.data());
       for (std::uint64_t j = 0; j < group; ++j) {
         T* o = out_all + (b * a.Hq + h * group + j) * D;
         for (std::uint64_t d = 0; d < D; ++d) {
           if constexpr (sizeof(T) == 4)
-            o[d] = acc[j * D + d];
+            o[d] = acc[j * D + d] * inv_sum[j];
           else
-            o[d] = numeric::float_to_bf16(acc[j * D + d]);
+            o[d] = numeric::float_to_bf16(acc[j * D + d] * inv_sum[j]);
         }
       }
     }

@@ -4,6 +4,7 @@
 // under what two cores can stream; these keep four accumulators in flight.
 // AVX2+FMA when the compiler targets it (-march=native), portable loops otherwise.
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -26,7 +27,47 @@ inline __m256 load_bf16(const std::uint16_t* p) {
 }
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const std::uint16_t* p) { return load_bf16(p); }
+
+// exp of 8 floats (Cephes' expf polynomial after range reduction by ln 2;
+// about 1 ulp). Inputs below -87.3 give the smallest normal float, not 0.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-87.3365447504f));
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(n));
+}
 #endif
+
+// p[i] = exp(p[i] - mx) for i < n; returns the sum of the results.
+inline float exp_shift_sum(float* p, std::uint64_t n, float mx) {
+  std::uint64_t i = 0;
+  float sum = 0.f;
+#ifdef PB_CPU_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  const __m256 m = _mm256_set1_ps(mx);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + i), m));
+    _mm256_storeu_ps(p + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  sum = hsum(acc);
+#endif
+  for (; i < n; ++i) {
+    p[i] = std::exp(p[i] - mx);
+    sum += p[i];
+  }
+  return sum;
+}
 
 inline float scalar(float v) { return v; }
 inline float scalar(std::uint16_t b) {
