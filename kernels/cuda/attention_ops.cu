@@ -30,37 +30,12 @@ namespace {
 
 // Seeds of the buffers of one request: distinct per buffer, derived from req.seed.
 enum class Buf : std::uint64_t { q = 1, k = 2, v = 3, k_new = 4, v_new = 5, block_table = 6, k_pool = 7, v_pool = 8 };
-std::uint64_t seed_of(std::uint64_t seed, Buf b) {
-  return numeric::mix64(seed ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(b)));
-}
+std::uint64_t seed_of(std::uint64_t seed, Buf b) { return buffer_seed(seed, static_cast<std::uint64_t>(b)); }
 
-int to_int(std::uint64_t v, const std::string& what) {
-  if (v > static_cast<std::uint64_t>(INT_MAX))
-    throw Unsupported(what + " = " + std::to_string(v) + " exceeds the CUDA kernels' 32-bit limit");
-  return static_cast<int>(v);
-}
+int to_int(std::uint64_t v, const std::string& what) { return to_int32(v, what); }
 
 void require_positive(std::uint64_t v, const std::string& what) {
   if (v == 0) throw Unsupported(what + " must be >= 1");
-}
-
-// Throws Unsupported when `bytes` more do not fit in 90% of the device's free memory.
-void require_memory(const Context& ctx, std::uint64_t bytes, const std::string& what) {
-  const std::uint64_t free_b = ctx.free_bytes();
-  if (static_cast<double>(bytes) > 0.9 * static_cast<double>(free_b)) {
-    std::ostringstream os;
-    os << what << " needs " << bytes << " bytes (" << std::fixed;
-    os.precision(2);
-    os << bytes / 1073741824.0 << " GiB) of device memory, more than 90% of the " << free_b << " bytes free";
-    throw Unsupported(os.str());
-  }
-}
-
-const unsigned char* byte_ptr(const void* p, std::size_t elem_offset, std::size_t es) {
-  return static_cast<const unsigned char*>(p) + elem_offset * es;
-}
-unsigned char* byte_ptr(void* p, std::size_t elem_offset, std::size_t es) {
-  return static_cast<unsigned char*>(p) + elem_offset * es;
 }
 
 // A block table [B, pages_per_seq] that is a random permutation of the page ids
@@ -81,14 +56,6 @@ std::vector<std::int32_t> scattered_block_table(std::uint64_t B, std::uint64_t p
 // Host encoding of a float into 16-bit storage bits, as fill_random does on the device.
 std::uint16_t encode_host(DType t, float v) {
   return t == DType::bf16 ? numeric::float_to_bf16(v) : numeric::float_to_fp16(v);
-}
-
-std::vector<std::uint16_t> download_u16(const void* src, std::size_t n, cudaStream_t stream) {
-  std::vector<std::uint16_t> h(n);
-  if (n == 0) return h;
-  PB_CUDA_CHECK(cudaMemcpyAsync(h.data(), src, n * 2, cudaMemcpyDeviceToHost, stream));
-  PB_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return h;
 }
 
 // `rows` rows of `row_elems` elements, `pitch_elems` apart on the device, decoded to floats [rows][row_elems].
@@ -246,10 +213,7 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
   void verify() override {
     run();
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    if (fault_) {
-      PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx_.stream));
-      PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    }
+    corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
     const DType t = r_.dtype;
     const std::size_t es = element_bytes(t);
     const std::size_t D = static_cast<std::size_t>(D_), L = static_cast<std::size_t>(L_);
@@ -410,10 +374,8 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     const std::size_t es = element_bytes(r_.dtype);
     const std::size_t D = static_cast<std::size_t>(D_);
-    if (fault_) {  // zero the first appended K slot (batch 0, head 0, position pos)
-      PB_CUDA_CHECK(cudaMemsetAsync(byte_ptr(k_cache_.get(), cache_offset(0, 0, pos_), es), 0, D * es, ctx_.stream));
-      PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    }
+    // Test hook: zero the first appended K slot (batch 0, head 0, position pos).
+    corrupt_for_test(fault_, byte_ptr(k_cache_.get(), cache_offset(0, 0, pos_), es), D * es, ctx_.stream);
     // Batches checked: all up to 8, else 8 spread incl. the first and the last.
     const auto batches = spread_sample(static_cast<std::uint64_t>(B_), 8);
     // Positions read back: the appended ones plus up to 16 untouched ones before them
@@ -573,10 +535,7 @@ class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
   void verify() override {
     run();
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    if (fault_) {
-      PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx_.stream));
-      PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    }
+    corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
     const DType t = r_.dtype;
     const std::size_t es = element_bytes(t);
     const int B = p_.B, S = p_.S, Hq = p_.Hq, Hkv = p_.Hkv, G = Hq / Hkv;

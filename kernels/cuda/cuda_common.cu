@@ -1,9 +1,12 @@
 #include "cuda/cuda_common.hpp"
 
+#include <climits>
+#include <sstream>
 #include <stdexcept>
 
 #include "common/numeric.hpp"
 #include "cpu/reference.hpp"
+#include "phasebench/error.hpp"
 
 namespace phasebench::cuda {
 
@@ -98,6 +101,41 @@ std::vector<float> download_as_float(const void* data, DType t, std::size_t n, c
 
 void upload(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
   PB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+  PB_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+std::vector<std::uint16_t> download_u16(const void* src, std::size_t n, cudaStream_t stream) {
+  std::vector<std::uint16_t> h(n);
+  if (n == 0) return h;
+  PB_CUDA_CHECK(cudaMemcpyAsync(h.data(), src, n * 2, cudaMemcpyDeviceToHost, stream));
+  PB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return h;
+}
+
+std::uint64_t buffer_seed(std::uint64_t seed, std::uint64_t tag) {
+  return numeric::mix64(seed ^ (0x9e3779b97f4a7c15ull * tag));
+}
+
+int to_int32(std::uint64_t v, const std::string& what) {
+  if (v > static_cast<std::uint64_t>(INT_MAX))
+    throw Unsupported(what + " = " + std::to_string(v) + " exceeds the CUDA kernels' 32-bit limit");
+  return static_cast<int>(v);
+}
+
+void require_memory(const Context& ctx, std::uint64_t bytes, const std::string& what) {
+  const std::uint64_t free_b = ctx.free_bytes();
+  if (static_cast<double>(bytes) > 0.9 * static_cast<double>(free_b)) {
+    std::ostringstream os;
+    os << what << " needs " << bytes << " bytes (" << std::fixed;
+    os.precision(2);
+    os << bytes / 1073741824.0 << " GiB) of device memory, more than 90% of the " << free_b << " bytes free";
+    throw Unsupported(os.str());
+  }
+}
+
+void corrupt_for_test(bool corrupt, void* p, std::size_t bytes, cudaStream_t stream) {
+  if (!corrupt) return;
+  PB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
   PB_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 

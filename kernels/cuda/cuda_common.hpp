@@ -62,6 +62,21 @@ void fill_random(void* data, DType t, std::size_t n, std::uint64_t seed, float s
 // Copy `n` elements of type `t` from the device and decode them to floats.
 std::vector<float> download_as_float(const void* data, DType t, std::size_t n, cudaStream_t stream);
 void upload(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
+// Copy `n` 16-bit elements from the device, raw.
+std::vector<std::uint16_t> download_u16(const void* src, std::size_t n, cudaStream_t stream);
+
+// Pointer to element `elem_offset` of a buffer of `es`-byte elements.
+inline const unsigned char* byte_ptr(const void* p, std::size_t elem_offset, std::size_t es) {
+  return static_cast<const unsigned char*>(p) + elem_offset * es;
+}
+inline unsigned char* byte_ptr(void* p, std::size_t elem_offset, std::size_t es) {
+  return static_cast<unsigned char*>(p) + elem_offset * es;
+}
+
+// A seed for buffer `tag` of a request seeded `seed`: distinct per buffer.
+std::uint64_t buffer_seed(std::uint64_t seed, std::uint64_t tag);
+// `v` as an int for the kernels' 32-bit indexing; Unsupported naming `what` when it does not fit.
+int to_int32(std::uint64_t v, const std::string& what);
 
 // Everything a prepared op needs to run: the backend's stream, the cuBLAS and
 // cuBLASLt handles bound to it, a cuBLASLt workspace, and device facts.
@@ -75,6 +90,12 @@ struct Context {
   int cc_major = 0, cc_minor = 0;
   std::size_t free_bytes() const;  // device memory free now
 };
+
+// Throws Unsupported when `bytes` more do not fit in 90% of the device's free memory.
+void require_memory(const Context& ctx, std::uint64_t bytes, const std::string& what);
+// Test hook of verify(): after the op ran, zero `bytes` at `p` when `corrupt` is
+// set, so a test can check that verification catches a wrong output.
+void corrupt_for_test(bool corrupt, void* p, std::size_t bytes, cudaStream_t stream);
 
 // Factory for the KV-cache and attention operations (decode attention
 // contiguous/paged, KV append contiguous/paged, prefill attention); defined in

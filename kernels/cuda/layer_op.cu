@@ -35,15 +35,9 @@ constexpr float kRopeTheta = 500000.0f;  // Llama 3's rope_theta (the value does
 
 // Seeds of the layer's buffers, distinct per buffer, derived from the request's seed.
 enum class Buf : std::uint64_t { x = 11, attn_norm = 12, qkv = 13, o = 14, mlp_norm = 15, gate_up = 16, down = 17, k = 18, v = 19 };
-std::uint64_t seed_of(std::uint64_t seed, Buf b) {
-  return numeric::mix64(seed ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(b)));
-}
+std::uint64_t seed_of(std::uint64_t seed, Buf b) { return buffer_seed(seed, static_cast<std::uint64_t>(b)); }
 
-int to_int(std::uint64_t v, const std::string& what) {
-  if (v > static_cast<std::uint64_t>(INT_MAX))
-    throw Unsupported("layer: " + what + " = " + std::to_string(v) + " exceeds the CUDA kernels' 32-bit limit");
-  return static_cast<int>(v);
-}
+int to_int(std::uint64_t v, const std::string& what) { return to_int32(v, "layer: " + what); }
 
 // q, k, v out of the fused projection: qkv [M, Nq + 2*Nkv] -> q [M, Nq], k [M, Nkv],
 // v [M, Nkv]. A copy in 16-byte vectors (Nq and Nkv are multiples of 8 elements).
@@ -74,28 +68,6 @@ void launch_qkv_split(const void* qkv, void* q, void* k, void* v, int M, int Nq,
   PB_CUDA_CHECK_LAUNCH("qkv_split_kernel");
 }
 
-void require_memory(const Context& ctx, std::uint64_t bytes, const std::string& what) {
-  const std::uint64_t free_b = ctx.free_bytes();
-  if (static_cast<double>(bytes) > 0.9 * static_cast<double>(free_b)) {
-    std::ostringstream os;
-    os << what << " needs " << bytes << " bytes (" << std::fixed;
-    os.precision(2);
-    os << bytes / 1073741824.0 << " GiB) of device memory, more than 90% of the " << free_b << " bytes free";
-    throw Unsupported(os.str());
-  }
-}
-
-std::vector<std::uint16_t> download_u16(const void* src, std::size_t n, cudaStream_t stream) {
-  std::vector<std::uint16_t> h(n);
-  if (n == 0) return h;
-  PB_CUDA_CHECK(cudaMemcpyAsync(h.data(), src, n * 2, cudaMemcpyDeviceToHost, stream));
-  PB_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return h;
-}
-
-const void* elem_ptr(const void* p, std::size_t elem, std::size_t es) {
-  return static_cast<const unsigned char*>(p) + elem * es;
-}
 
 // ---- the CPU reference of one token through the layer -------------------------
 // Inputs are floats decoded from the device's storage; every op's output is
@@ -368,10 +340,7 @@ class LayerOp final : public PreparedOp, public LayerOpAccess {
   void verify() override {
     run();
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    if (fault_) {
-      PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx_.stream));
-      PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    }
+    corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
     const DType t = r_.dtype;
     const std::size_t es = element_bytes(t);
     const std::size_t h = static_cast<std::size_t>(h_), I = static_cast<std::size_t>(I_), D = static_cast<std::size_t>(D_),
@@ -404,7 +373,7 @@ class LayerOp final : public PreparedOp, public LayerOpAccess {
       where << shape() << ", sequence " << b << ", token " << s << " (position " << pos << ")";
 
       // attn_norm -> qkv_proj -> rope.
-      const std::vector<float> x = download_as_float(elem_ptr(x_.get(), m * h, es), t, h, ctx_.stream);
+      const std::vector<float> x = download_as_float(byte_ptr(x_.get(), m * h, es), t, h, ctx_.stream);
       const std::vector<float> xn = ref_rmsnorm(w, x, w.attn_norm);
       std::vector<float> qkv;
       std::vector<double> qkv_abs;
@@ -418,7 +387,7 @@ class LayerOp final : public PreparedOp, public LayerOpAccess {
         const void* cache = which == 0 ? k_cache_.get() : v_cache_.get();
         std::vector<unsigned char> raw(Hkv_ * ctx_len * D * es);
         PB_CUDA_CHECK(cudaMemcpy2DAsync(raw.data(), ctx_len * D * es,
-                                        elem_ptr(cache, static_cast<std::size_t>(b) * Hkv_ * cap_ * D, es),
+                                        byte_ptr(cache, static_cast<std::size_t>(b) * Hkv_ * cap_ * D, es),
                                         static_cast<std::size_t>(cap_) * D * es, ctx_len * D * es, Hkv_,
                                         cudaMemcpyDeviceToHost, ctx_.stream));
         PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
@@ -456,7 +425,7 @@ class LayerOp final : public PreparedOp, public LayerOpAccess {
       }
       for (float& a : attn) a = reference::round_to(a, t);
       {
-        const std::vector<float> got = download_as_float(elem_ptr(attn_.get(), m * Nq, es), t, Nq, ctx_.stream);
+        const std::vector<float> got = download_as_float(byte_ptr(attn_.get(), m * Nq, es), t, Nq, ctx_.stream);
         reference::check_close(got, std::vector<double>(attn.begin(), attn.end()), tol,
                                where.str() + ": attention output (elements are q_head * D + d)");
       }
@@ -468,7 +437,7 @@ class LayerOp final : public PreparedOp, public LayerOpAccess {
       const std::vector<float> act = ref_silu_mul(t, gu);
       std::vector<double> out_abs;
       ref_linear(w, w.down, act, h, out, &out_abs, false);
-      const std::vector<float> got = download_as_float(elem_ptr(out_.get(), m * h, es), t, h, ctx_.stream);
+      const std::vector<float> got = download_as_float(byte_ptr(out_.get(), m * h, es), t, h, ctx_.stream);
       reference::check_close(got, std::vector<double>(out.begin(), out.end()), tol,
                              where.str() + ": layer output (elements are hidden indices)", &out_abs);
     }

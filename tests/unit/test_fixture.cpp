@@ -2,6 +2,7 @@
 // that cannot run is skipped with its reason; counters come from the formulas.
 #include <gtest/gtest.h>
 
+#include "bench_test_util.hpp"
 #include "fixture.hpp"
 #include "phasebench/error.hpp"
 
@@ -74,19 +75,7 @@ Point point(std::uint64_t M) {
 
 class FixtureTest : public ::testing::Test {
  protected:
-  void run_points(const std::vector<Point>& pts) {
-    benchmark::ClearRegisteredBenchmarks();
-    register_points(*ctx, pts);
-    static const char* argv0 = "test";
-    int argc = 1;
-    char* argv[] = {const_cast<char*>(argv0), nullptr};
-    benchmark::Initialize(&argc, argv);
-    struct Null : benchmark::BenchmarkReporter {
-      bool ReportContext(const Context&) override { return true; }
-      void ReportRuns(const std::vector<Run>&) override {}
-    } null;
-    benchmark::RunSpecifiedBenchmarks(&null);
-  }
+  void run_points(const std::vector<Point>& pts) { test::run_points_quietly(*ctx, pts); }
   FakeBackend backend;
   std::unique_ptr<BenchContext> ctx = std::make_unique<BenchContext>(backend, RunOptions{});
 };

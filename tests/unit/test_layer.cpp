@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "bench_test_util.hpp"
 #include "fixture.hpp"
 #include "phasebench/analytical.hpp"
 #include "phasebench/gpu_specs.hpp"
@@ -124,19 +125,7 @@ class FakeBackend : public Backend {
   std::map<const PreparedOp*, OpKind> kind_of_;
 };
 
-void run_points(BenchContext& ctx, const std::vector<Point>& pts) {
-  benchmark::ClearRegisteredBenchmarks();
-  register_points(ctx, pts);
-  static const char* argv0 = "test";
-  int argc = 1;
-  char* argv[] = {const_cast<char*>(argv0), nullptr};
-  benchmark::Initialize(&argc, argv);
-  struct Null : benchmark::BenchmarkReporter {
-    bool ReportContext(const Context&) override { return true; }
-    void ReportRuns(const std::vector<Run>&) override {}
-  } null;
-  benchmark::RunSpecifiedBenchmarks(&null);
-}
+void run_points(BenchContext& ctx, const std::vector<Point>& pts) { test::run_points_quietly(ctx, pts); }
 
 SweepConfig small_config() {
   SweepConfig c;
