@@ -93,9 +93,16 @@ int cmd_run(int argc, char** argv) {
   std::string min_time = "--benchmark_min_time=0.1";
   if (!has_flag(argc, argv, "--benchmark_min_time")) args.insert(args.begin() + 1, min_time.data());
   int gb_argc = static_cast<int>(args.size());
-  benchmark::Initialize(&gb_argc, args.data());
+  // Google Benchmark answers --help with its own flags only and exits; leave
+  // --help to CLI11, whose footer names the Google Benchmark flags.
+  const bool help = has_flag(argc, argv, "--help") || has_flag(argc, argv, "-h");
+  if (!help) benchmark::Initialize(&gb_argc, args.data());
 
   CLI::App app{"Run the benchmark sweep. Google Benchmark's --benchmark_* flags are accepted too.", "phasebench run"};
+  app.footer(
+      "Google Benchmark flags pass through, e.g. --benchmark_filter=REGEX, --benchmark_repetitions=N,\n"
+      "--benchmark_min_time=SECONDS (default here 0.1), --benchmark_enable_random_interleaving=true,\n"
+      "--benchmark_format=console|json|csv, --benchmark_counters_tabular=true.");
   std::string backend_name = "auto", models = "llama-3.1-8b", dtypes, prefill_batches, prompts, decode_batches,
               attention_batches, contexts, append_batches, prefill_attention_prompts, ops, out, cache = "cold",
               ceiling = "measured";

@@ -51,8 +51,20 @@ std::string summarize(const nlohmann::json& results) {
   std::map<std::string, std::map<std::uint64_t, GemvPoint>> gemv;  // key -> batch -> fastest point
   std::string ceiling_source;
   std::vector<nlohmann::json> layers;  // whole-layer points that ran
-  for (const auto& b : results.value("benchmarks", nlohmann::json::array())) {
-    if (!b.contains("phasebench") || b.value("run_type", "") != "iteration") continue;
+  // One entry per point: with --benchmark_repetitions every repetition (and the
+  // median aggregate) carries the point's structured fields, all from the same
+  // samples; the last one seen stands for the point.
+  const auto benchmarks = results.value("benchmarks", nlohmann::json::array());
+  std::map<std::string, const nlohmann::json*> points;
+  std::vector<std::string> order;
+  for (const auto& b : benchmarks) {
+    if (!b.contains("phasebench")) continue;
+    const std::string run = b.value("run_name", b.value("name", ""));
+    if (!points.count(run)) order.push_back(run);
+    points[run] = &b;
+  }
+  for (const auto& run : order) {
+    const auto& b = *points.at(run);
     const auto& p = b.at("phasebench");
     auto& g = groups[{p.value("phase", ""), p.value("op", "")}];
     const auto status = p.value("status", "");

@@ -386,11 +386,17 @@ def parse_results(doc: Any, path: str = "<results>") -> Results:
         warnings.append(f"{path}: the run did not complete (interrupted or crashed); only the finished points are in it")
     groups: dict[Key, Point] = {}
     without = 0
+    # Google Benchmark aggregates (mean/median/stddev of repetitions) are skipped,
+    # except the median of a point whose repetitions were left out of the file
+    # (--benchmark_report_aggregates_only): it carries the point's fields.
+    iteration_names = {b.get("run_name") for b in benches
+                       if isinstance(b, dict) and b.get("run_type", "iteration") == "iteration"}
     for b in benches:
         if not isinstance(b, dict):
             continue
-        if b.get("run_type", "iteration") != "iteration":
-            continue  # Google Benchmark aggregates (mean/median/stddev of repetitions)
+        if b.get("run_type", "iteration") != "iteration" and not (
+                b.get("aggregate_name") == "median" and b.get("run_name") not in iteration_names):
+            continue
         e = b.get("phasebench")
         if not isinstance(e, dict):
             without += 1

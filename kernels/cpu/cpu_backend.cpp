@@ -374,7 +374,7 @@ class CpuDecodeAttention final : public CpuOp {
         want.push_back(o[d]);
       }
     }
-    reference::check_close(got, want, reference::tolerance_for(r_.dtype),
+    reference::check_rows_close(got, want, D, reference::tolerance_for(r_.dtype),
                            std::string(to_string(r_.kind)) + " (B=" + std::to_string(s_.B) + " Hq=" + std::to_string(s_.Hq) +
                                " Hkv=" + std::to_string(s_.Hkv) + " L=" + std::to_string(s_.L) + " D=" + std::to_string(D) + ")");
   }

@@ -1,7 +1,11 @@
-// Decode attention on the CPU. One task per (sequence, KV head): the Hq/Hkv
-// query heads that share a KV head are handled together, so each K and V row is
-// read from memory once for the whole group (GQA). Two streaming passes: K to
-// scores, then V weighted by the softmax.
+// Decode attention on the CPU. A task is one sequence and a chunk of KV heads;
+// the Hq/Hkv query heads that share a KV head are handled together, so each K
+// and V row is read from memory once for the whole group (GQA). Two streaming
+// passes: K to scores (register tiles of heads x rows, summed horizontally
+// together), then V weighted by the softmax (register tiles of heads x 16
+// columns). Both walk the cache in blocks of 16 tokens that never straddle a
+// page, so contiguous and paged caches go through the same code and give
+// bit-identical results.
 #include <omp.h>
 
 #include <algorithm>
@@ -17,64 +21,192 @@ namespace phasebench::cpu {
 
 namespace {
 
+constexpr std::uint64_t kBlock = 16;  // tokens per block; pages are multiples of it
+// Software prefetch of the next block, spread over the processing of the
+// current one: a few lines per tile keep misses in flight while the core
+// computes (the hardware prefetcher alone leaves compute and memory mostly
+// serialised, and loses the stream at every jump between pages), where a burst
+// of a whole block at once would fill the miss queue and stall until it drains.
+constexpr std::uint64_t kPrefetchBlocks = 2;
+struct Prefetcher {
+  const char* p = nullptr;
+  std::uint64_t left = 0;
+  [[gnu::always_inline]] void step(std::uint64_t bytes) {
+    bytes = std::min(bytes, left);
+    for (std::uint64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+    p += bytes;
+    left -= bytes;
+  }
+};
+
 template <class T>
-inline void decode_row(const T* src, float* dst, std::uint64_t D) {
-  if constexpr (sizeof(T) == 4) {
-    for (std::uint64_t d = 0; d < D; ++d) dst[d] = src[d];
-  } else {
-#pragma omp simd
-    for (std::uint64_t d = 0; d < D; ++d) dst[d] = numeric::bits_float(static_cast<std::uint32_t>(src[d]) << 16);
+inline float to_float(T x) {
+  if constexpr (sizeof(T) == 4)
+    return x;
+  else
+    return simd::scalar(x);
+}
+
+#ifdef PB_CPU_AVX2
+// s[h*ls + t] = scale * <q_h, k_t> for NH query heads and NT consecutive rows
+// (NH*NT = 8): eight accumulators, summed horizontally all at once.
+template <int NH, int NT, class T>
+[[gnu::always_inline]] inline void scores_tile(const T* k, const float* q, std::uint64_t D, float scale, float* s, std::uint64_t ls) {
+  static_assert(NH * NT == 8);
+  __m256 acc[8];
+  for (auto& x : acc) x = _mm256_setzero_ps();
+  for (std::uint64_t d = 0; d < D; d += 8) {
+    __m256 qv[NH];
+    for (int h = 0; h < NH; ++h) {
+      qv[h] = _mm256_loadu_ps(q + h * D + d);
+      simd::keep_in_register(qv[h]);
+    }
+    for (int t = 0; t < NT; ++t) {
+      __m256 kv = simd::load8(k + t * D + d);
+      simd::keep_in_register(kv);
+      for (int h = 0; h < NH; ++h) acc[h * NT + t] = _mm256_fmadd_ps(kv, qv[h], acc[h * NT + t]);
+    }
+  }
+  alignas(32) float r[8];
+  _mm256_store_ps(r, _mm256_mul_ps(simd::hsum8(acc), _mm256_set1_ps(scale)));
+  for (int h = 0; h < NH; ++h)
+    for (int t = 0; t < NT; ++t) s[h * ls + t] = r[h * NT + t];
+}
+
+template <int NH, class T>
+[[gnu::always_inline]] inline void scores_heads(const T* k, std::uint64_t n, const float* q, std::uint64_t D, float scale, float* s,
+                         std::uint64_t ls, Prefetcher& pf) {
+  constexpr int NT = 8 / NH;
+  std::uint64_t t = 0;
+  for (; t + NT <= n; t += NT) {
+    pf.step(NT * D * sizeof(T));
+    scores_tile<NH, NT>(k + t * D, q, D, scale, s + t, ls);
+  }
+  for (; t < n; ++t)
+    for (int h = 0; h < NH; ++h) s[h * ls + t] = simd::dot(k + t * D, q + h * D, D) * scale;
+}
+
+// acc[h*D + c] += sum_t p[h*lp + t] * v_t[c] for NH heads and 16 columns
+// (the caller offsets v and acc to the column). U = 4/NH partial sums over
+// alternate tokens keep eight independent FMA chains whatever NH is.
+template <int NH, class T>
+[[gnu::always_inline]] inline void pv_tile(const T* v, std::uint64_t n, std::uint64_t D, const float* p, std::uint64_t lp, float* acc) {
+  constexpr int U = 4 / NH;
+  __m256 a[NH][U][2];
+  for (int h = 0; h < NH; ++h)
+    for (int u = 0; u < U; ++u) a[h][u][0] = a[h][u][1] = _mm256_setzero_ps();
+  std::uint64_t t = 0;
+  for (; t + U <= n; t += U)
+    for (int u = 0; u < U; ++u) {
+      __m256 v0 = simd::load8(v + (t + u) * D), v1 = simd::load8(v + (t + u) * D + 8);
+      simd::keep_in_register(v0);
+      simd::keep_in_register(v1);
+      for (int h = 0; h < NH; ++h) {
+        const __m256 ph = _mm256_broadcast_ss(p + h * lp + t + u);
+        a[h][u][0] = _mm256_fmadd_ps(ph, v0, a[h][u][0]);
+        a[h][u][1] = _mm256_fmadd_ps(ph, v1, a[h][u][1]);
+      }
+    }
+  for (; t < n; ++t) {
+    const __m256 v0 = simd::load8(v + t * D), v1 = simd::load8(v + t * D + 8);
+    for (int h = 0; h < NH; ++h) {
+      const __m256 ph = _mm256_broadcast_ss(p + h * lp + t);
+      a[h][0][0] = _mm256_fmadd_ps(ph, v0, a[h][0][0]);
+      a[h][0][1] = _mm256_fmadd_ps(ph, v1, a[h][0][1]);
+    }
+  }
+  for (int h = 0; h < NH; ++h) {
+    __m256 lo = a[h][0][0], hi = a[h][0][1];
+    for (int u = 1; u < U; ++u) {
+      lo = _mm256_add_ps(lo, a[h][u][0]);
+      hi = _mm256_add_ps(hi, a[h][u][1]);
+    }
+    float* o = acc + h * D;
+    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), lo));
+    _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), hi));
   }
 }
 
-// acc[j][d] += sum_l p[j][l] * v_l[d] for the `group` heads of one KV head.
+template <int NH, class T>
+[[gnu::always_inline]] inline void pv_heads(const T* v, std::uint64_t n, std::uint64_t D, const float* p, std::uint64_t lp, float* acc,
+                     Prefetcher& pf) {
+  const std::uint64_t per_tile = (n * D * sizeof(T) / (D / 16) + 63) / 64 * 64;
+  for (std::uint64_t c = 0; c < D; c += 16) {
+    pf.step(per_tile);
+    pv_tile<NH>(v + c, n, D, p, lp, acc + c);
+  }
+}
+#endif
+
+// Scores of one block of n rows (k: n rows of D) for the `group` heads.
 template <class T>
-void accumulate_pv(const T* const* vrows, const float* p, std::uint64_t L, std::uint64_t D, std::uint64_t group,
-                   float* acc, float* scratch) {
+// pf: the block to prefetch meanwhile.
+void block_scores(const T* k, std::uint64_t n, const float* q, std::uint64_t group, std::uint64_t D, float scale,
+                  float* s, std::uint64_t ls, Prefetcher pf) {
 #ifdef PB_CPU_AVX2
-  if (D % 32 == 0) {
-    constexpr std::uint64_t kBlock = 64;
-    for (std::uint64_t l0 = 0; l0 < L; l0 += kBlock) {
-      const std::uint64_t l1 = std::min(L, l0 + kBlock);
-      for (std::uint64_t j0 = 0; j0 < group; j0 += 4) {
-        const std::uint64_t nj = std::min<std::uint64_t>(4, group - j0);
-        for (std::uint64_t d0 = 0; d0 < D; d0 += 32) {
-          __m256 a[4][4];
-          for (std::uint64_t jj = 0; jj < 4; ++jj)
-            for (int c = 0; c < 4; ++c)
-              a[jj][c] = jj < nj ? _mm256_loadu_ps(acc + (j0 + jj) * D + d0 + 8 * c) : _mm256_setzero_ps();
-          for (std::uint64_t l = l0; l < l1; ++l) {
-            const T* v = vrows[l] + d0;
-            const __m256 v0 = simd::load8(v), v1 = simd::load8(v + 8), v2 = simd::load8(v + 16), v3 = simd::load8(v + 24);
-            for (std::uint64_t jj = 0; jj < nj; ++jj) {
-              const __m256 pj = _mm256_set1_ps(p[(j0 + jj) * L + l]);
-              a[jj][0] = _mm256_fmadd_ps(pj, v0, a[jj][0]);
-              a[jj][1] = _mm256_fmadd_ps(pj, v1, a[jj][1]);
-              a[jj][2] = _mm256_fmadd_ps(pj, v2, a[jj][2]);
-              a[jj][3] = _mm256_fmadd_ps(pj, v3, a[jj][3]);
-            }
-          }
-          for (std::uint64_t jj = 0; jj < nj; ++jj)
-            for (int c = 0; c < 4; ++c) _mm256_storeu_ps(acc + (j0 + jj) * D + d0 + 8 * c, a[jj][c]);
-        }
+  if (D % 8 == 0) {
+    for (std::uint64_t j = 0; j < group;) {
+      if (group - j >= 4) {
+        scores_heads<4>(k, n, q + j * D, D, scale, s + j * ls, ls, pf);
+        j += 4;
+      } else if (group - j >= 2) {
+        scores_heads<2>(k, n, q + j * D, D, scale, s + j * ls, ls, pf);
+        j += 2;
+      } else {
+        scores_heads<1>(k, n, q + j * D, D, scale, s + j * ls, ls, pf);
+        j += 1;
       }
     }
+    pf.step(pf.left);
     return;
   }
 #endif
-  for (std::uint64_t l = 0; l < L; ++l) {
-    const float* v = scratch;
-    if constexpr (sizeof(T) == 4)
-      v = reinterpret_cast<const float*>(vrows[l]);
-    else
-      decode_row(vrows[l], scratch, D);
+  pf.step(pf.left);
+  for (std::uint64_t t = 0; t < n; ++t)
     for (std::uint64_t j = 0; j < group; ++j) {
-      const float pj = p[j * L + l];
-      float* aj = acc + j * D;
-#pragma omp simd
-      for (std::uint64_t d = 0; d < D; ++d) aj[d] += pj * v[d];
+      float dot = 0.f;
+      for (std::uint64_t d = 0; d < D; ++d) dot += to_float(k[t * D + d]) * q[j * D + d];
+      s[j * ls + t] = dot * scale;
     }
+}
+
+// acc[j*D + c] += sum over the block's n rows of p[j*lp + t] * v_t[c].
+template <class T>
+void block_pv(const T* v, std::uint64_t n, const float* p, std::uint64_t lp, std::uint64_t group, std::uint64_t D,
+              float* acc, Prefetcher pf) {
+#ifdef PB_CPU_AVX2
+  if (D % 16 == 0) {
+    for (std::uint64_t j = 0; j < group;) {
+      if (group - j >= 4) {
+        pv_heads<4>(v, n, D, p + j * lp, lp, acc + j * D, pf);
+        j += 4;
+      } else if (group - j >= 2) {
+        pv_heads<2>(v, n, D, p + j * lp, lp, acc + j * D, pf);
+        j += 2;
+      } else {
+        pv_heads<1>(v, n, D, p + j * lp, lp, acc + j * D, pf);
+        j += 1;
+      }
+    }
+    pf.step(pf.left);
+    return;
   }
+#endif
+  pf.step(pf.left);
+  for (std::uint64_t t = 0; t < n; ++t)
+    for (std::uint64_t j = 0; j < group; ++j) {
+      const float pj = p[j * lp + t];
+      for (std::uint64_t d = 0; d < D; ++d) acc[j * D + d] += pj * to_float(v[t * D + d]);
+    }
+}
+
+// KV heads per task: as many as keep at least two tasks per thread (so dynamic
+// scheduling can balance them), a divisor of Hkv.
+std::uint64_t heads_per_task(std::uint64_t B, std::uint64_t Hkv, std::uint64_t threads) {
+  std::uint64_t best = 1;
+  for (std::uint64_t c = 1; c <= Hkv; ++c)
+    if (Hkv % c == 0 && B * (Hkv / c) >= 2 * threads) best = c;
+  return best;
 }
 
 template <class T>
@@ -86,69 +218,79 @@ void run(const DecodeAttentionArgs& a) {
   const T* v_all = static_cast<const T*>(a.v);
   T* out_all = static_cast<T*>(a.out);
   const bool paged = a.block_table != nullptr;
-  // Visit the L rows of (b, h) in order: one run of L rows in the contiguous
-  // cache [B,Hkv,L,D], one run per page in the paged pool [pages,Hkv,P,D]; the
-  // block table is read once per page, never a division per token.
-  auto for_each_row = [&](const T* base, std::uint64_t b, std::uint64_t h, auto&& fn) {
+  // Row l of (b, h): in the contiguous cache [B,Hkv,L,D] or the paged pool
+  // [pages,Hkv,P,D] through the block table.
+  auto row = [&](const T* base, std::uint64_t b, std::uint64_t h, std::uint64_t l) {
+    if (!paged) return base + ((b * a.Hkv + h) * L + l) * D;
+    const auto page = static_cast<std::uint64_t>(a.block_table[b * a.pages_per_seq + l / a.page_size]);
+    return base + ((page * a.Hkv + h) * a.page_size + l % a.page_size) * D;
+  };
+  // Block boundaries: every kBlock tokens and every page end, the same for all
+  // heads, so a block's rows are contiguous in memory.
+  auto block_len = [&](std::uint64_t at) {
+    const std::uint64_t n = std::min(kBlock, L - at);
+    return paged ? std::min(n, a.page_size - at % a.page_size) : n;
+  };
+  // A task is one sequence and a chunk of C KV heads. Each layout is walked in
+  // its memory order: the contiguous cache head by head (one run of L rows
+  // each), the paged pool page by page with the C heads of a page together
+  // (C*P*D contiguous elements), so paging costs only the jumps between pages,
+  // not C times as many of them. Per head the blocks and the arithmetic are the
+  // same in both orders, so the results are bit-identical.
+  // fn(c, l, n, ahead): head h0+c, rows l..l+n-1; `ahead` is the block
+  // kPrefetchBlocks further in this order, prefetched while this one is processed.
+  auto for_each_block = [&](const T* base, std::uint64_t b, std::uint64_t h0, std::uint64_t C, auto&& fn) {
+    // Block i of the order starts at token (i / C) * kBlock of head i % C when
+    // paged, at token (i % nb) * kBlock of head i / nb when contiguous (exact
+    // when pages are multiples of kBlock; otherwise only the hint is off).
+    const std::uint64_t nb = (L + kBlock - 1) / kBlock, total = nb * C;
+    auto block = [&](std::uint64_t i) {
+      if (i >= total) return Prefetcher{};
+      const std::uint64_t c = paged ? i % C : i / nb, l = (paged ? i / C : i % nb) * kBlock;
+      return Prefetcher{reinterpret_cast<const char*>(row(base, b, h0 + c, l)), block_len(l) * D * sizeof(T)};
+    };
+    std::uint64_t i = 0;
     if (!paged) {
-      const T* p = base + (b * a.Hkv + h) * L * D;
-      for (std::uint64_t l = 0; l < L; ++l) fn(l, p + l * D);
-      return;
-    }
-    const std::uint64_t page_bytes = a.page_size * D * sizeof(T);
-    for (std::uint64_t pg = 0, l0 = 0; l0 < L; ++pg, l0 += a.page_size) {
-      const auto page = static_cast<std::uint64_t>(a.block_table[b * a.pages_per_seq + pg]);
-      const T* p = base + (page * a.Hkv + h) * a.page_size * D;
-      // Pages are scattered, so the hardware prefetcher loses the stream at every
-      // page: ask for the next page while this one is processed.
-      if (l0 + a.page_size < L) {
-        const auto next = static_cast<std::uint64_t>(a.block_table[b * a.pages_per_seq + pg + 1]);
-        const char* np = reinterpret_cast<const char*>(base + (next * a.Hkv + h) * a.page_size * D);
-        for (std::uint64_t o = 0; o < page_bytes; o += 64) __builtin_prefetch(np + o, 0, 3);
+      for (std::uint64_t c = 0; c < C; ++c)
+        for (std::uint64_t l = 0, n = 0; l < L; l += n, ++i) fn(c, l, n = block_len(l), block(i + kPrefetchBlocks));
+    } else {
+      for (std::uint64_t l = 0, n = 0; l < L; l += n) {
+        n = block_len(l);
+        for (std::uint64_t c = 0; c < C; ++c, ++i) fn(c, l, n, block(i + kPrefetchBlocks));
       }
-      const std::uint64_t n = std::min(a.page_size, L - l0);
-      for (std::uint64_t t = 0; t < n; ++t) fn(l0 + t, p + t * D);
     }
   };
-  const std::int64_t tasks = static_cast<std::int64_t>(a.B * a.Hkv);
+  const std::uint64_t C = heads_per_task(a.B, a.Hkv, static_cast<std::uint64_t>(omp_get_max_threads()));
+  const std::uint64_t chunks = a.Hkv / C;
+  const std::int64_t tasks = static_cast<std::int64_t>(a.B * chunks);
+  const std::uint64_t rows_per_task = C * group;  // query heads of a task
 #pragma omp parallel
   {
-    std::vector<float> qf(group * D), s(group * L), vf(D), acc(group * D);
-    std::vector<const T*> vrows;
-    vrows.reserve(L);
-    std::vector<float> inv_sum(group);
+    std::vector<float> qf(rows_per_task * D), s(rows_per_task * L), acc(rows_per_task * D), inv_sum(rows_per_task);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
-      const std::uint64_t b = static_cast<std::uint64_t>(task) / a.Hkv, h = static_cast<std::uint64_t>(task) % a.Hkv;
-      for (std::uint64_t j = 0; j < group; ++j)
-        decode_row(q_all + (b * a.Hq + h * group + j) * D, qf.data() + j * D, D);
-      // Pass 1: scores. Four query heads per K row load (dot4), the rest one by one.
-      for_each_row(k_all, b, h, [&](std::uint64_t l, const T* k) {
-        std::uint64_t j = 0;
-        for (; j + 4 <= group; j += 4) {
-          const float* q0 = qf.data() + j * D;
-          float r[4];
-          simd::dot4(k, q0, q0 + D, q0 + 2 * D, q0 + 3 * D, D, r);
-          for (std::uint64_t i = 0; i < 4; ++i) s[(j + i) * L + l] = r[i] * scale;
-        }
-        for (; j < group; ++j) s[j * L + l] = simd::dot(k, qf.data() + j * D, D) * scale;
+      const std::uint64_t b = static_cast<std::uint64_t>(task) / chunks, h0 = static_cast<std::uint64_t>(task) % chunks * C;
+      // Query heads h0*group .. (h0+C)*group-1 are contiguous in q and out.
+      const std::uint64_t q0 = (b * a.Hq + h0 * group) * D;
+      for (std::uint64_t j = 0; j < rows_per_task * D; ++j) qf[j] = to_float(q_all[q0 + j]);
+      // Pass 1: scores.
+      for_each_block(k_all, b, h0, C, [&](std::uint64_t c, std::uint64_t l, std::uint64_t n, Prefetcher next) {
+        block_scores(row(k_all, b, h0 + c, l), n, qf.data() + c * group * D, group, D, scale,
+                     s.data() + c * group * L + l, L, next);
       });
       // Softmax per query head; the normalisation is applied to the outputs.
-      for (std::uint64_t j = 0; j < group; ++j) {
+      for (std::uint64_t j = 0; j < rows_per_task; ++j) {
         float* sj = s.data() + j * L;
-        const float mx = *std::max_element(sj, sj + L);
-        inv_sum[j] = 1.0f / simd::exp_shift_sum(sj, L, mx);
+        inv_sum[j] = 1.0f / simd::exp_shift_sum(sj, L, simd::max_of(sj, L));
       }
-      // Pass 2: weighted sum of V rows, over blocks of 64 tokens so that the
-      // accumulators of up to four heads x 32 columns stay in registers while
-      // the block's V rows stream through (an accumulator array updated in
-      // memory per row would be bound by the stores).
+      // Pass 2: weighted sum of V rows.
       std::fill(acc.begin(), acc.end(), 0.f);
-      vrows.clear();
-      for_each_row(v_all, b, h, [&](std::uint64_t, const T* vrow) { vrows.push_back(vrow); });
-      accumulate_pv(vrows.data(), s.data(), L, D, group, acc.data(), vf.data());
-      for (std::uint64_t j = 0; j < group; ++j) {
-        T* o = out_all + (b * a.Hq + h * group + j) * D;
+      for_each_block(v_all, b, h0, C, [&](std::uint64_t c, std::uint64_t l, std::uint64_t n, Prefetcher next) {
+        block_pv(row(v_all, b, h0 + c, l), n, s.data() + c * group * L + l, L, group, D, acc.data() + c * group * D,
+                 next);
+      });
+      for (std::uint64_t j = 0; j < rows_per_task; ++j) {
+        T* o = out_all + q0 + j * D;
         for (std::uint64_t d = 0; d < D; ++d) {
           if constexpr (sizeof(T) == 4)
             o[d] = acc[j * D + d] * inv_sum[j];
@@ -160,10 +302,9 @@ void run(const DecodeAttentionArgs& a) {
   }
 }
 
-// fp16 goes through the same loops with fp16 decode/encode.
+// fp16: plain loops converting q, K and V on the fly; fp16 is the slow path on
+// CPUs without native half arithmetic, kept for completeness rather than speed.
 void run_fp16(const DecodeAttentionArgs& a) {
-  // Convert q, K and V rows on the fly; fp16 is the slow path on CPUs without
-  // native half arithmetic, kept for completeness rather than speed.
   const std::uint64_t group = a.Hq / a.Hkv, L = a.L, D = a.D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const auto* q_all = static_cast<const std::uint16_t*>(a.q);

@@ -1,5 +1,6 @@
 #include "cpu/reference.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -168,6 +169,20 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
        << first << ": got " << got[first] << ", expected " << want[first];
     throw VerificationError(os.str());
   }
+}
+
+void check_rows_close(const std::vector<float>& got, const std::vector<double>& want, std::size_t row_len, Tolerance tol,
+                      const std::string& what) {
+  if (row_len == 0 || want.size() % row_len != 0)
+    throw VerificationError(what + ": output is not a whole number of rows of " + std::to_string(row_len));
+  std::vector<double> scale(want.size());
+  for (std::size_t r0 = 0; r0 < want.size(); r0 += row_len) {
+    double ss = 0;
+    for (std::size_t i = r0; i < r0 + row_len; ++i) ss += want[i] * want[i];
+    std::fill(scale.begin() + static_cast<std::ptrdiff_t>(r0), scale.begin() + static_cast<std::ptrdiff_t>(r0 + row_len),
+              std::sqrt(ss / static_cast<double>(row_len)));
+  }
+  check_close(got, want, tol, what + " (atol scaled by each row's RMS)", &scale);
 }
 
 }  // namespace phasebench::reference

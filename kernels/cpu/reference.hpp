@@ -47,4 +47,11 @@ Tolerance tolerance_for(DType out_type);
 void check_close(const std::vector<float>& got, const std::vector<double>& want, Tolerance tol, const std::string& what,
                  const std::vector<double>* scale = nullptr);
 
+// check_close for attention outputs, rows of `row_len` (one query head each):
+// atol is scaled by each reference row's RMS. An attention output is a
+// softmax-weighted mean of V rows, of size ~1/sqrt(context), so a fixed atol
+// would accept almost anything (even zeros) at long contexts.
+void check_rows_close(const std::vector<float>& got, const std::vector<double>& want, std::size_t row_len, Tolerance tol,
+                      const std::string& what);
+
 }  // namespace phasebench::reference

@@ -3,8 +3,9 @@
 // accumulator, so it is bound by the FMA latency (8 floats per 4 cycles), well
 // under what two cores can stream; these keep four accumulators in flight.
 // AVX2+FMA when the compiler targets it (-march=native), portable loops otherwise.
-#include <cstdint>
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -19,6 +20,18 @@ inline float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+// Keeps a loaded vector in a register: without it GCC folds the load into every
+// FMA that uses it, so a row reused by four heads is loaded four times and the
+// loop becomes bound by the load ports instead of the FMA units.
+inline void keep_in_register(__m256& v) { __asm__("" : "+x"(v)); }
+// Eight horizontal sums at once: lane i of the result is the sum of a[i]'s
+// lanes (six hadds and two lane swaps instead of eight separate reductions).
+inline __m256 hsum8(const __m256 a[8]) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  // u0 = [a0..a3 over lanes 0-3 | a0..a3 over lanes 4-7], u1 the same for a4..a7.
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 // 8 bf16 -> 8 floats: widen to 32 bits and shift into the high half.
 inline __m256 load_bf16(const std::uint16_t* p) {
@@ -47,6 +60,28 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(n));
 }
 #endif
+
+// Largest of p[0..n-1] (n >= 1).
+inline float max_of(const float* p, std::uint64_t n) {
+  std::uint64_t i = 0;
+  float m = p[0];
+#ifdef PB_CPU_AVX2
+  if (n >= 32) {
+    __m256 m0 = _mm256_loadu_ps(p), m1 = m0, m2 = m0, m3 = m0;
+    for (; i + 32 <= n; i += 32) {
+      m0 = _mm256_max_ps(m0, _mm256_loadu_ps(p + i));
+      m1 = _mm256_max_ps(m1, _mm256_loadu_ps(p + i + 8));
+      m2 = _mm256_max_ps(m2, _mm256_loadu_ps(p + i + 16));
+      m3 = _mm256_max_ps(m3, _mm256_loadu_ps(p + i + 24));
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+    for (float x : lanes) m = std::max(m, x);
+  }
+#endif
+  for (; i < n; ++i) m = std::max(m, p[i]);
+  return m;
+}
 
 // p[i] = exp(p[i] - mx) for i < n; returns the sum of the results.
 inline float exp_shift_sum(float* p, std::uint64_t n, float mx) {

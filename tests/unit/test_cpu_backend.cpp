@@ -1,7 +1,10 @@
 // The CPU backend's kernels against the reference, through the seam.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "backend.hpp"
+#include "common/numeric.hpp"
 #include "cpu/reference.hpp"
 #include "phasebench/error.hpp"
 
@@ -71,8 +74,11 @@ TEST(CpuBackend, DecodeAttentionContiguousAndPaged) {
   struct Case {
     std::uint64_t B, Hq, Hkv, L, D;
   };
-  for (auto c : std::vector<Case>{{1, 4, 4, 17, 64}, {3, 32, 8, 1000, 128}, {2, 8, 1, 33, 256}})
-    for (DType t : {DType::fp32, DType::bf16})
+  // Query heads per KV head 1, 4, 8, 7 (4+2+1 tiles) and 2; head_dim 64, 128,
+  // 256 and 96 (Phi-3); contexts that are not multiples of the 16-token block.
+  for (auto c : std::vector<Case>{
+           {1, 4, 4, 17, 64}, {3, 32, 8, 1000, 128}, {2, 8, 1, 33, 256}, {2, 28, 4, 77, 128}, {1, 16, 8, 300, 96}})
+    for (DType t : {DType::fp32, DType::bf16, DType::fp16})
       for (bool paged : {false, true}) {
         auto op = b->prepare(attention(c.B, c.Hq, c.Hkv, c.L, c.D, t, paged));
         EXPECT_NO_THROW(op->verify()) << "L=" << c.L << " paged=" << paged << " " << to_string(t);
@@ -148,4 +154,39 @@ TEST(Reference, ConversionsRoundTrip) {
   }
   EXPECT_EQ(reference::round_to(1.0f, DType::fp8), 1.0f);
   EXPECT_EQ(reference::round_to(448.0f, DType::fp8), 448.0f);
+}
+
+// The attention check must catch a softmax that misses one token of a long
+// context, and an all-zero output, yet pass the right answer rounded to the
+// storage type: atol scales with each row's RMS (about 1/sqrt(L) here).
+TEST(Reference, RowCheckCatchesOneMissingTokenAtLongContext) {
+  const std::size_t L = 4096, D = 128;
+  std::vector<float> q(D), k(L * D), v(L * D);
+  for (std::size_t i = 0; i < D; ++i) q[i] = numeric::random_value(1, i, 1.0f);
+  for (std::size_t i = 0; i < L * D; ++i) {
+    k[i] = numeric::random_value(2, i, 1.0f);
+    v[i] = numeric::random_value(3, i, 1.0f);
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  auto head = [&](std::size_t tokens) {
+    std::vector<float> o(D);
+    reference::decode_attention_head(
+        q.data(), tokens, D, scale, [&](std::size_t l) { return k.data() + l * D; },
+        [&](std::size_t l) { return v.data() + l * D; }, o.data());
+    return o;
+  };
+  const auto full = head(L), missing = head(L - 1);
+  const std::vector<double> want(full.begin(), full.end());
+  for (DType t : {DType::fp32, DType::bf16, DType::fp16}) {
+    auto rounded = [&](std::vector<float> x) {
+      for (float& e : x) e = reference::round_to(e, t);
+      return x;
+    };
+    const auto tol = reference::tolerance_for(t);
+    EXPECT_NO_THROW(reference::check_rows_close(rounded(full), want, D, tol, "right")) << to_string(t);
+    EXPECT_THROW(reference::check_rows_close(rounded(missing), want, D, tol, "missing"), VerificationError)
+        << to_string(t);
+    EXPECT_THROW(reference::check_rows_close(std::vector<float>(D, 0.0f), want, D, tol, "zeros"), VerificationError)
+        << to_string(t);
+  }
 }

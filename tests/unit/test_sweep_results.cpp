@@ -122,8 +122,10 @@ TEST(Summary, BestMedianAndCrossing) {
   nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 1}}}}}, {"benchmarks", nlohmann::json::array()}};
   auto add = [&](std::uint64_t M, double t, double frac) {
     const double flops = 2.0 * M * 1024 * 1024, bytes = 4.0 * (1024 * 1024 + 2 * M * 1024);
+    const std::string name = "decode/gemv/m.down_proj/fp32/batch:" + std::to_string(M) + "/manual_time";
     doc["benchmarks"].push_back(
-        {{"name", "x"},
+        {{"name", name},
+         {"run_name", name},
          {"run_type", "iteration"},
          {"phasebench",
           {{"phase", "decode"}, {"op", "gemv"}, {"model", "m"}, {"target", "down_proj"}, {"dtype", "fp32"},
@@ -145,4 +147,20 @@ TEST(Summary, BestMedianAndCrossing) {
   // While the largest batch is still at the bandwidth plateau the crossing is beyond the sweep.
   doc["benchmarks"].erase(doc["benchmarks"].end() - 1);
   EXPECT_NE(summarize(doc).find("> 16"), std::string::npos) << summarize(doc);
+}
+
+TEST(Summary, RepetitionsCountOncePerPoint) {
+  // --benchmark_repetitions=3: three iteration entries and a median aggregate of
+  // one point, all with the point's fields; the summary counts one point.
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 1}}}}}, {"benchmarks", nlohmann::json::array()}};
+  const std::string run = "decode/attention/m/fp32/batch:1/context:64/manual_time";
+  const nlohmann::json fields = {{"phase", "decode"}, {"op", "attention"}, {"status", "ok"},
+                                 {"roofline", {{"fraction_of_roofline", 0.5}, {"bandwidth_ceiling_source", "measured"}}}};
+  for (int i = 0; i < 3; ++i)
+    doc["benchmarks"].push_back({{"name", run}, {"run_name", run}, {"run_type", "iteration"}, {"phasebench", fields}});
+  doc["benchmarks"].push_back({{"name", run + "_median"}, {"run_name", run}, {"run_type", "aggregate"},
+                               {"aggregate_name", "median"}, {"phasebench", fields}});
+  doc["benchmarks"].push_back({{"name", run + "_mean"}, {"run_name", run}, {"run_type", "aggregate"}, {"aggregate_name", "mean"}});
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("attention               1    50.0%    50.0%"), std::string::npos) << s;
 }
