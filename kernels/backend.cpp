@@ -87,7 +87,7 @@ std::uint64_t layer_footprint(const OpRequest& r) {
 OpCost OpRequest::cost() const {
   const auto e = element_bytes(dtype);
   switch (kind) {
-    case OpKind::linear: return linear_cost(linear, e, e);
+    case OpKind::linear: return linear_cost(linear, e, e, element_bytes(linear_output_type(dtype)));
     case OpKind::decode_attention: return decode_attention_cost(attention, e, e);
     case OpKind::decode_attention_paged: return decode_attention_paged_cost(attention, e, e, page_size);
     case OpKind::prefill_attention: return prefill_attention_cost(prefill, e);

@@ -44,6 +44,12 @@ std::uint64_t element_bytes(DType t) {
   return 0;
 }
 
+DType linear_output_type(DType t) {
+  if (t == DType::fp8) return DType::bf16;
+  if (t == DType::tf32) return DType::fp32;
+  return t;
+}
+
 const std::vector<DType>& all_dtypes() {
   static const std::vector<DType> v{DType::fp32, DType::tf32, DType::fp16, DType::bf16, DType::fp8, DType::int8};
   return v;

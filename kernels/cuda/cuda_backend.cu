@@ -35,6 +35,18 @@ constexpr std::size_t kWorkspaceBytes = 64ull << 20;
 constexpr double kShortLaunchSeconds = 20e-6;
 constexpr double kGraphSeconds = 200e-6;
 constexpr std::uint64_t kMaxGraphRuns = 1000;
+// Hot samples (and calibration) start with a kernel that keeps the GPU busy this
+// long, so that the start event and the op are queued behind it and the
+// interval holds no host-side launch latency (cold samples have the flush).
+constexpr unsigned long long kHoldNanoseconds = 50000;
+
+__global__ void hold_kernel(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
 
 std::string slug_of(const std::string& name) {
   std::string s;
@@ -86,11 +98,13 @@ class TimedOp final : public PreparedOp {
   }
   void run() override { inner_->run(); }
   void verify() override { inner_->verify(); }
+  std::vector<float> output_values() override { return inner_->output_values(); }
 
   bool calibrated = false;
   double single_seconds = 0;  // fastest hot single launch seen in calibration
   bool short_launch = false;
   std::uint64_t graph_runs = 0;
+  bool graph_tried = false;  // capture attempted (once, on the first hot sample)
   cudaGraphExec_t graph_ = nullptr;
   std::string graph_problem;  // why no graph could be captured, when short
 
@@ -124,16 +138,23 @@ class CudaBackend final : public Backend {
     PB_CUDA_CHECK(cudaEventCreate(&start_));
     PB_CUDA_CHECK(cudaEventCreate(&stop_));
     sink_ = DeviceBuffer(sizeof(unsigned));
+    // The cold-cache flush buffer, allocated now so that no sample allocates and
+    // the memory checks of cannot_run() see it as taken.
+    // 4x the L2 (at least 2x is needed; the replacement policy is not exactly LRU).
+    const std::size_t flush_bytes = std::max<std::size_t>(4 * info_.cache_bytes, 16ull << 20) / 16 * 16;
+    flush_ = DeviceBuffer(flush_bytes);
+    PB_CUDA_CHECK(cudaMemsetAsync(flush_.get(), 0x3c, flush_bytes, ctx_.stream));
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     describe_device();
   }
 
   void release() noexcept {
     // Nothing here may throw; errors on teardown have no remedy.
+    if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
     if (stop_) cudaEventDestroy(stop_);
     if (start_) cudaEventDestroy(start_);
     if (ctx_.cublaslt) cublasLtDestroy(ctx_.cublaslt);
     if (ctx_.cublas) cublasDestroy(ctx_.cublas);
-    if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
     flush_ = DeviceBuffer();
     sink_ = DeviceBuffer();
     ctx_.workspace = DeviceBuffer();
@@ -226,7 +247,7 @@ class CudaBackend final : public Backend {
       if (out_e > in_e) need += r.linear.M * r.linear.N * (out_e - in_e);
       if (r.impl == Impl::own) need += r.linear.M * r.linear.N * sizeof(float);
     }
-    need += kWorkspaceBytes;  // head-room for the flush buffer and library scratch
+    need += kWorkspaceBytes;  // head-room for library scratch (the flush buffer is allocated already)
     const std::size_t free_b = ctx_.free_bytes();
     if (static_cast<double>(need) > 0.9 * static_cast<double>(free_b))
       return "needs " + gib(static_cast<double>(need)) + " GiB, device has " + gib(static_cast<double>(free_b)) +
@@ -260,12 +281,17 @@ class CudaBackend final : public Backend {
   // cost is the events' resolution (about 0.5 us) on launches under 20 us.
   // Hot cache: short launches (< 20 us, measured once per op) are timed as one
   // launch of a CUDA graph of N back-to-back launches (N so the graph lasts
-  // >= 200 us, at most 1000), and the sample is the graph's time / N.
+  // >= 200 us, at most 1000), and the sample is the graph's time / N. A hot
+  // sample starts behind a 50 us hold kernel, so no launch latency is timed.
   Sample time(PreparedOp& op_in, const TimingOptions& opts) override {
     auto& op = as_timed(op_in);
     if (!op.calibrated) calibrate(op);
+    if (!opts.cold_cache && op.short_launch && !op.graph_tried) capture_graph(op);
     const bool use_graph = !opts.cold_cache && op.short_launch && op.graph_;
-    if (opts.cold_cache) flush_l2();
+    if (opts.cold_cache)
+      flush_l2();
+    else
+      hold();
     {
       auto range = nvtx_range(opts.range_name);
       PB_CUDA_CHECK(cudaEventRecord(start_, ctx_.stream));
@@ -330,6 +356,7 @@ class CudaBackend final : public Backend {
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     double best = 1e30;
     for (int i = 0; i < 5; ++i) {
+      hold();
       PB_CUDA_CHECK(cudaEventRecord(start_, ctx_.stream));
       op.run();
       PB_CUDA_CHECK(cudaEventRecord(stop_, ctx_.stream));
@@ -343,40 +370,51 @@ class CudaBackend final : public Backend {
     if (!op.short_launch) return;
     op.graph_runs = std::min<std::uint64_t>(
         kMaxGraphRuns, std::max<std::uint64_t>(2, static_cast<std::uint64_t>(std::ceil(kGraphSeconds / std::max(best, 1e-7)))));
-    capture_graph(op);
   }
 
+  // Capture graph_runs launches into a graph (hot samples of short ops only).
+  // An op that cannot be captured is timed one launch at a time instead, and
+  // says why on stderr once.
   void capture_graph(TimedOp& op) {
+    op.graph_tried = true;
     cudaGraph_t graph = nullptr;
     PB_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
+    std::string problem;
     try {
       for (std::uint64_t i = 0; i < op.graph_runs; ++i) op.run();
     } catch (const std::exception& e) {
-      // Leave the stream usable: end (and discard) the broken capture.
-      cudaStreamEndCapture(ctx_.stream, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      cudaGetLastError();
-      op.graph_problem = std::string("stream capture failed: ") + e.what();
+      problem = std::string("stream capture failed: ") + e.what();
+    }
+    // Always end the capture, so the stream is usable whatever happened.
+    const cudaError_t end = cudaStreamEndCapture(ctx_.stream, &graph);
+    if (problem.empty() && end != cudaSuccess)
+      problem = std::string("cudaStreamEndCapture failed: ") + cudaGetErrorName(end) + " (" + cudaGetErrorString(end) + ")";
+    if (problem.empty()) {
+      const cudaError_t inst = cudaGraphInstantiate(&op.graph_, graph, 0);
+      if (inst != cudaSuccess) {
+        op.graph_ = nullptr;
+        problem = std::string("cudaGraphInstantiate failed: ") + cudaGetErrorName(inst) + " (" + cudaGetErrorString(inst) + ")";
+      }
+    }
+    if (graph) cudaGraphDestroy(graph);
+    if (!problem.empty()) {
+      cudaGetLastError();  // a failed capture leaves a (non-sticky) error behind
+      op.graph_problem = problem;
       op.graph_runs = 0;
+      std::fprintf(stderr, "phasebench: no CUDA graph for this op, timing single launches: %s\n", problem.c_str());
       return;
     }
-    PB_CUDA_CHECK(cudaStreamEndCapture(ctx_.stream, &graph));
-    cudaError_t e = cudaGraphInstantiate(&op.graph_, graph, 0);
-    cudaGraphDestroy(graph);
-    if (e != cudaSuccess) throw_cuda_error(e, "cudaGraphInstantiate", __FILE__, __LINE__);
     PB_CUDA_CHECK(cudaGraphUpload(op.graph_, ctx_.stream));
     PB_CUDA_CHECK(cudaGraphLaunch(op.graph_, ctx_.stream));  // warm-up of the graph itself
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   }
 
-  void flush_l2() {
-    if (!flush_.get()) {
-      // 4x the L2 (at least 2x is needed; the replacement policy is not exactly LRU).
-      const std::size_t bytes = std::max<std::size_t>(4 * info_.cache_bytes, 16ull << 20) / 16 * 16;
-      flush_ = DeviceBuffer(bytes);
-      PB_CUDA_CHECK(cudaMemsetAsync(flush_.get(), 0x3c, bytes, ctx_.stream));
-    }
-    stream_read(flush_.get(), flush_.bytes(), sink_.as<unsigned>(), ctx_.sm_count, ctx_.stream);
+  void flush_l2() { stream_read(flush_.get(), flush_.bytes(), sink_.as<unsigned>(), ctx_.sm_count, ctx_.stream); }
+
+  // Keep the stream busy while the host queues what follows (see kHoldNanoseconds).
+  void hold() {
+    hold_kernel<<<1, 1, 0, ctx_.stream>>>(kHoldNanoseconds);
+    PB_CUDA_CHECK_LAUNCH("hold_kernel");
   }
 
   void sample_clocks() {

@@ -11,11 +11,16 @@
 namespace phasebench::cuda {
 
 void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line) {
+  // A failed runtime call also leaves its error as the thread's last error; clear
+  // it (non-sticky errors only; sticky ones stay), or the next launch check
+  // (cudaGetLastError) would report this failure against an unrelated kernel.
+  cudaGetLastError();
   throw std::runtime_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
                            cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
 void throw_cublas_error(cublasStatus_t s, const char* call, const char* file, int line) {
+  cudaGetLastError();  // as above: a CUDA error inside the library must not outlive this report
   throw std::runtime_error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
                            cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")");
 }

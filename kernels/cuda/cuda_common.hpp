@@ -33,8 +33,14 @@ void throw_cublas_error(cublasStatus_t s, const char* call, const char* file, in
     if (pb_st_ != CUBLAS_STATUS_SUCCESS) ::phasebench::cuda::throw_cublas_error(pb_st_, #call, __FILE__, __LINE__); \
   } while (0)
 
-// Checks the last kernel launch (configuration errors) without synchronising.
-#define PB_CUDA_CHECK_LAUNCH(name) PB_CUDA_CHECK(cudaGetLastError())
+// Checks the last kernel launch (configuration errors) without synchronising;
+// the error names the kernel.
+#define PB_CUDA_CHECK_LAUNCH(name)                                                           \
+  do {                                                                                       \
+    cudaError_t pb_err_ = cudaGetLastError();                                                \
+    if (pb_err_ != cudaSuccess)                                                              \
+      ::phasebench::cuda::throw_cuda_error(pb_err_, (std::string("launch of ") + (name)).c_str(), __FILE__, __LINE__); \
+  } while (0)
 
 // Device memory, freed on destruction.
 class DeviceBuffer {

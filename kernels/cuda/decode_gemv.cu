@@ -31,7 +31,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
+#include <stdexcept>
 
 #include "cuda/linear_verify.hpp"
 #include "phasebench/error.hpp"
@@ -177,6 +179,9 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2) decode_gemv_kernel(G
     if (arrived == p.groups_per_row_block) {
       // Last contributor: every other share is in the accumulator. Convert the
       // row block to Y and leave accumulator and counter zero for the next call.
+      // (__syncwarp orders lane 0's counter read before every lane's fence and
+      // reads; a shuffle alone is not a memory-ordering barrier.)
+      __syncwarp();
       __threadfence();
       for (int i = lane; i < M * kRowsPerBlock; i += 32) {
         const int m = i / kRowsPerBlock;
@@ -266,6 +271,10 @@ DecodeGemv::DecodeGemv(const Context& ctx, DType t, const LinearShape& s) : type
 }
 
 void DecodeGemv::run(const void* X, const void* W, void* Y, cudaStream_t stream) const {
+  // X and W are read as 16-byte vectors: a misaligned base would be a device fault.
+  if ((reinterpret_cast<std::uintptr_t>(X) | reinterpret_cast<std::uintptr_t>(W)) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(Y) % 2 != 0)
+    throw std::invalid_argument("decode_gemv: X and W must be 16-byte aligned and Y 2-byte aligned");
   GemvParams p{};
   p.X = static_cast<const std::uint16_t*>(X);
   p.W = static_cast<const std::uint16_t*>(W);

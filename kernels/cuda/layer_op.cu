@@ -426,8 +426,12 @@ class LayerOp final : public PreparedOp, public LayerOpAccess {
       for (float& a : attn) a = reference::round_to(a, t);
       {
         const std::vector<float> got = download_as_float(byte_ptr(attn_.get(), m * Nq, es), t, Nq, ctx_.stream);
-        reference::check_close(got, std::vector<double>(attn.begin(), attn.end()), tol,
-                               where.str() + ": attention output (elements are q_head * D + d)");
+        // Per-head RMS-scaled atol: a wrong softmax (scale, a missing token) moves
+        // the outputs by less than a fixed atol at long contexts. The kernels' own
+        // error (P rounding, 1-ulp differences of q and k) is a small fraction of
+        // that RMS; the output rounding is rtol's.
+        reference::check_rows_close(got, std::vector<double>(attn.begin(), attn.end()), D, tol,
+                                    where.str() + ": attention output (elements are q_head * D + d)");
       }
       // o_proj -> mlp_norm -> gate_up_proj -> act_mul -> down_proj.
       std::vector<float> o, gu, out;

@@ -53,12 +53,6 @@ class CublasLtLinearOp final : public PreparedOp {
 
 }  // namespace
 
-DType linear_output_type(DType t) {
-  if (t == DType::fp8) return DType::bf16;
-  if (t == DType::tf32) return DType::fp32;
-  return t;
-}
-
 std::optional<std::string> cublaslt_linear_unsupported(DType t, const LinearShape& s, int cc_major, int cc_minor) {
   if (t == DType::int8) return "cuBLASLt linear: int8 is not benchmarked on the CUDA backend";
   if (s.M == 0 || s.N == 0 || s.K == 0) return "cuBLASLt linear: M, N and K must be positive";

@@ -15,8 +15,7 @@
 
 namespace phasebench::cuda {
 
-// Storage type of Y for inputs of type t: bf16 for fp8, fp32 for tf32, else t.
-DType linear_output_type(DType t);
+// (Y is stored as linear_output_type(t), harness/include/phasebench/dtype.hpp.)
 // Why cuBLASLt cannot run this type/shape on a device of compute capability
 // cc_major.cc_minor (fp8 before 8.9, fp8 with K or N not multiples of 16, int8), or nothing.
 std::optional<std::string> cublaslt_linear_unsupported(DType t, const LinearShape& s, int cc_major, int cc_minor);

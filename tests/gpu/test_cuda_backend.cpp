@@ -70,6 +70,9 @@ TEST_F(CudaBackendTest, DescribesTheDevice) {
                           "memory_bus_width_bits", "l2_bytes", "ecc_enabled", "driver_version", "runtime_version",
                           "cublas_version", "cublaslt_version", "spec", "clocks"})
     EXPECT_TRUE(d.details.contains(key)) << key << " missing from " << d.details.dump();
+  // Read through cudaDeviceGetAttribute (cudaDeviceProp lost the clock fields in CUDA 13): real values.
+  for (const char* key : {"sm_count", "sm_clock_max_mhz", "memory_clock_max_mhz", "memory_bus_width_bits", "l2_bytes"})
+    EXPECT_GT(d.details.value(key, 0LL), 0LL) << key << " in " << d.details.dump();
   if (!d.spec) {
     EXPECT_NE(d.details.at("spec").get<std::string>().find("unknown GPU"), std::string::npos);
   }
@@ -178,7 +181,14 @@ TEST_F(CudaBackendTest, TimesProfilesAndReadsClocks) {
     const Sample s = backend().time(*op, TimingOptions{cold, "test/linear"});
     EXPECT_GT(s.seconds, 0.0);
     EXPECT_TRUE(std::isfinite(s.seconds));
+    // A 512^3 GEMM lasts a few microseconds: cold samples time one launch, hot
+    // ones a CUDA graph of many (1 here would mean the capture failed).
+    if (cold)
+      EXPECT_EQ(s.runs, 1u);
+    else
+      EXPECT_GT(s.runs, 1u) << "hot samples of a short launch should replay a captured CUDA graph";
   }
+  EXPECT_NO_THROW(op->verify());  // still right after the graph replays
   EXPECT_NO_THROW(backend().profile(*op, "test/linear/profile"));
   const auto clocks = backend().clocks();
   EXPECT_TRUE(clocks.contains("sm_mhz") || clocks.contains("error")) << clocks.dump();

@@ -110,8 +110,9 @@ TEST_F(DecodeGemvTest, VerificationCatchesACorruptedOutput) {
   EXPECT_NO_THROW(cuda::verify_linear(s, DType::bf16, DType::bf16, operands.view(), ctx().stream, "gemv"));
   // One wrong element (Y[1, 150] = 1e38) must be caught and named.
   const std::uint16_t huge = 0x7e96;
-  PB_CUDA_CHECK(cudaMemcpy(static_cast<std::uint16_t*>(operands.Y.get()) + 1 * s.N + 150, &huge, sizeof huge,
-                           cudaMemcpyHostToDevice));
+  // On ctx().stream: a plain cudaMemcpy (legacy stream) is not ordered with the
+  // non-blocking stream verify_linear reads on, and may return before its DMA ends.
+  cuda::upload(static_cast<std::uint16_t*>(operands.Y.get()) + 1 * s.N + 150, &huge, sizeof huge, ctx().stream);
   try {
     cuda::verify_linear(s, DType::bf16, DType::bf16, operands.view(), ctx().stream, "gemv");
     ADD_FAILURE() << "verify_linear accepted a corrupted output";
@@ -131,8 +132,11 @@ TEST_F(DecodeGemvTest, DroppingPartOfKIsCaught) {
   const LinearShape s{2, 512, 4096};
   auto operands = cuda::make_linear_operands(s, DType::bf16, DType::bf16, 21, ctx().stream);
   auto truncated = cuda::make_linear_operands(s, DType::bf16, DType::bf16, 21, ctx().stream);
+  // Stream-ordered: cudaMemset runs on the legacy stream, which the non-blocking
+  // ctx().stream does not wait for, so the GEMV could read X before it is zeroed.
   for (std::uint64_t m = 0; m < s.M; ++m)
-    PB_CUDA_CHECK(cudaMemset(static_cast<std::uint16_t*>(truncated.X.get()) + m * s.K + (s.K - 512), 0, 512 * 2));
+    PB_CUDA_CHECK(cudaMemsetAsync(static_cast<std::uint16_t*>(truncated.X.get()) + m * s.K + (s.K - 512), 0, 512 * 2,
+                                  ctx().stream));
   cuda::DecodeGemv gemv(ctx(), DType::bf16, s);
   gemv.run(truncated.X.get(), truncated.W.get(), operands.Y.get(), ctx().stream);
   EXPECT_THROW(cuda::verify_linear(s, DType::bf16, DType::bf16, operands.view(), ctx().stream, "gemv"),

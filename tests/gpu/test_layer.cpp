@@ -14,21 +14,22 @@ using namespace phasebench;
 
 namespace {
 
-// h=256, I=512, Hq=4, Hkv=2, D=64.
-OpRequest tiny_layer(Phase ph, std::uint64_t B, std::uint64_t n, DType t) {
+// h=256, I=512, Hq=4, Hkv=2, D=64 unless given (Llama's D=128 with GQA 4: Hq=8, Hkv=2, D=128).
+OpRequest tiny_layer(Phase ph, std::uint64_t B, std::uint64_t n, DType t, std::uint64_t Hq = 4, std::uint64_t Hkv = 2,
+                     std::uint64_t D = 64) {
   OpRequest r;
   r.kind = OpKind::layer;
   r.dtype = t;
   r.layer.hidden = 256;
   r.layer.intermediate = 512;
-  r.layer.heads = 4;
-  r.layer.kv_heads = 2;
-  r.layer.head_dim = 64;
+  r.layer.heads = Hq;
+  r.layer.kv_heads = Hkv;
+  r.layer.head_dim = D;
   r.layer_phase = ph;
   if (ph == Phase::prefill)
-    r.prefill = {B, 4, 2, n, 64};
+    r.prefill = {B, Hq, Hkv, n, D};
   else
-    r.attention = {B, 4, 2, n, 64};
+    r.attention = {B, Hq, Hkv, n, D};
   r.name = "test/layer";
   return r;
 }
@@ -43,6 +44,11 @@ TEST_F(LayerOpTest, PrefillVerifies) {
       auto op = cuda::make_layer_op(ctx(), tiny_layer(Phase::prefill, B, S, t));
       EXPECT_NO_THROW(op->verify()) << to_string(t) << " B=" << B << " S=" << S;
     }
+  // head_dim 128 (the flash kernel's other instantiation), 4 query heads per kv head.
+  for (DType t : {DType::bf16, DType::fp16}) {
+    auto op = cuda::make_layer_op(ctx(), tiny_layer(Phase::prefill, 2, 150, t, 8, 2, 128));
+    EXPECT_NO_THROW(op->verify()) << to_string(t) << " D=128";
+  }
 }
 
 TEST_F(LayerOpTest, DecodeVerifies) {
@@ -53,6 +59,10 @@ TEST_F(LayerOpTest, DecodeVerifies) {
       op->run();  // runs again in place (the append rewrites the same slot)
       EXPECT_NO_THROW(op->verify());
     }
+  for (DType t : {DType::bf16, DType::fp16}) {
+    auto op = cuda::make_layer_op(ctx(), tiny_layer(Phase::decode, 3, 700, t, 8, 2, 128));
+    EXPECT_NO_THROW(op->verify()) << to_string(t) << " D=128";
+  }
 }
 
 TEST_F(LayerOpTest, OutputIsFiniteAndNonZero) {

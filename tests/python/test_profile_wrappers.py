@@ -93,7 +93,8 @@ def test_nsys_command_line(tmp_path):
             "--decode-batches", "8", path=f"{bindir}:{os.environ['PATH']}")
     assert r.returncode == 0, r.stderr
     args = args_file.read_text().split("\n")
-    for a in ("profile", "--capture-range=cudaProfilerApi", "--trace=cuda,nvtx,cublas", str(fake), "run", "--profile",
+    for a in ("profile", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat", "--trace=cuda,nvtx,cublas",
+              str(fake), "run", "--profile",
               "--backend=cuda", "--decode-batches", "8"):
         assert a in args, (a, args)
     filt = next(a for a in args if a.startswith("--benchmark_filter="))

@@ -1,6 +1,7 @@
 // Every formula of DESIGN.md against values computed by hand.
 #include <gtest/gtest.h>
 
+#include "backend.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/workload.hpp"
 
@@ -124,4 +125,20 @@ TEST(Workload, CostsAddAndScale) {
   EXPECT_EQ(b.bytes.total(), 3 * a.bytes.total());
   a += b;
   EXPECT_EQ(a.flops, 4 * linear_cost({1, 2, 3}, 2, 2).flops);
+}
+
+TEST(Workload, Fp8LinearRequestWritesBf16) {
+  // cuBLASLt fp8 GEMMs read fp8 X and W and write bf16 Y: the request's bytes
+  // count the output at 2 bytes, the inputs at 1.
+  OpRequest r;
+  r.kind = OpKind::linear;
+  r.dtype = DType::fp8;
+  r.linear = {8, 1024, 4096};
+  const auto c = r.cost();
+  EXPECT_EQ(c.bytes.weights, 1024u * 4096u);
+  EXPECT_EQ(c.bytes.activations, 8u * 4096u);
+  EXPECT_EQ(c.bytes.writes, 8u * 1024u * 2u);
+  EXPECT_EQ(linear_output_type(DType::fp8), DType::bf16);
+  EXPECT_EQ(linear_output_type(DType::bf16), DType::bf16);
+  EXPECT_EQ(element_bytes(linear_output_type(DType::tf32)), 4u);
 }

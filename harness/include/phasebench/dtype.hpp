@@ -16,6 +16,11 @@ DType parse_dtype(std::string_view name);
 std::uint64_t element_bytes(DType t);
 const std::vector<DType>& all_dtypes();
 
+// The type a linear layer's output is stored in for inputs of type `t`: fp8
+// GEMMs write bf16 (8-bit weights keep 16-bit activations; cuBLASLt has no fp8
+// output without a scale), tf32 is stored as fp32, the others as themselves.
+DType linear_output_type(DType t);
+
 // Element sizes in bytes of one configuration (DESIGN.md notation w, a, c).
 struct Precision {
   std::uint64_t w = 2;  // weights
