@@ -85,6 +85,19 @@ TEST(CpuBackend, DecodeAttentionContiguousAndPaged) {
       }
 }
 
+TEST(CpuBackend, PagedAttentionWithOtherPageSizes) {
+  // Blocks of 16 tokens are cut at page ends: pages of 48 (three blocks) and of
+  // 8 (half a block) walk the same pool correctly, with a partial last page.
+  auto b = make_cpu_backend();
+  for (std::uint64_t page : {48u, 8u})
+    for (DType t : {DType::fp32, DType::bf16}) {
+      auto r = attention(3, 32, 8, 1001, 128, t, true);
+      r.page_size = page;
+      auto op = b->prepare(r);
+      EXPECT_NO_THROW(op->verify()) << "page " << page << " " << to_string(t);
+    }
+}
+
 TEST(CpuBackend, PagedAndContiguousGiveTheSameAnswer) {
   auto b = make_cpu_backend();
   auto c = b->prepare(attention(2, 16, 4, 1000, 128, DType::bf16, false));
