@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "common/numeric.hpp"
@@ -136,7 +137,20 @@ template <int NH, class T>
     pv_tile<NH>(v + c, n, D, p, lp, acc + c);
   }
 }
+// fn(std::integral_constant<int, NH>, j) for the group's query heads in tiles
+// of NH = 4, then 2, then 1 heads starting at head j.
+template <class Fn>
+inline void for_each_head_tile(std::uint64_t group, Fn&& fn) {
+  std::uint64_t j = 0;
+  for (; j + 4 <= group; j += 4) fn(std::integral_constant<int, 4>{}, j);
+  if (j + 2 <= group) {
+    fn(std::integral_constant<int, 2>{}, j);
+    j += 2;
+  }
+  if (j < group) fn(std::integral_constant<int, 1>{}, j);
+}
 #endif
+
 
 // Scores of one block of n rows (k: n rows of D) for the `group` heads.
 template <class T>
@@ -145,18 +159,9 @@ void block_scores(const T* k, std::uint64_t n, const float* q, std::uint64_t gro
                   float* s, std::uint64_t ls, Prefetcher pf) {
 #ifdef PB_CPU_AVX2
   if (D % 8 == 0) {
-    for (std::uint64_t j = 0; j < group;) {
-      if (group - j >= 4) {
-        scores_heads<4>(k, n, q + j * D, D, scale, s + j * ls, ls, pf);
-        j += 4;
-      } else if (group - j >= 2) {
-        scores_heads<2>(k, n, q + j * D, D, scale, s + j * ls, ls, pf);
-        j += 2;
-      } else {
-        scores_heads<1>(k, n, q + j * D, D, scale, s + j * ls, ls, pf);
-        j += 1;
-      }
-    }
+    for_each_head_tile(group, [&](auto nh, std::uint64_t j) {
+      scores_heads<decltype(nh)::value>(k, n, q + j * D, D, scale, s + j * ls, ls, pf);
+    });
     pf.step(pf.left);
     return;
   }
@@ -176,18 +181,9 @@ void block_pv(const T* v, std::uint64_t n, const float* p, std::uint64_t lp, std
               float* acc, Prefetcher pf) {
 #ifdef PB_CPU_AVX2
   if (D % 16 == 0) {
-    for (std::uint64_t j = 0; j < group;) {
-      if (group - j >= 4) {
-        pv_heads<4>(v, n, D, p + j * lp, lp, acc + j * D, pf);
-        j += 4;
-      } else if (group - j >= 2) {
-        pv_heads<2>(v, n, D, p + j * lp, lp, acc + j * D, pf);
-        j += 2;
-      } else {
-        pv_heads<1>(v, n, D, p + j * lp, lp, acc + j * D, pf);
-        j += 1;
-      }
-    }
+    for_each_head_tile(group, [&](auto nh, std::uint64_t j) {
+      pv_heads<decltype(nh)::value>(v, n, D, p + j * lp, lp, acc + j * D, pf);
+    });
     pf.step(pf.left);
     return;
   }
