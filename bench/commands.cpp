@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -110,7 +111,10 @@ int cmd_run(int argc, char** argv) {
   std::uint64_t page_size = 16, append_context = 0;
   bool no_calibrate = false, profile = false, no_blas = false, no_summary = false;
   app.add_option("--backend", backend_name, "auto, cuda or cpu")->envname("PHASEBENCH_BACKEND");
-  app.add_option("--model", models, "short names or config.json paths, comma-separated")->envname("PHASEBENCH_MODEL");
+  app.add_option("--model", models,
+                 "short names or config.json paths, comma-separated (default llama-3.1-8b; on a GPU the attention "
+                 "benchmarks add llama-3.1-70b unless --model is given)")
+      ->envname("PHASEBENCH_MODEL");
   app.add_option("--dtype", dtypes, "comma-separated: fp32, tf32, fp16, bf16, fp8 (default: bf16 on GPU, fp32 on CPU)")
       ->envname("PHASEBENCH_DTYPE");
   app.add_option("--batches", prefill_batches, "prefill batch sizes, e.g. 1,4 or 1..16")->envname("PHASEBENCH_BATCHES");
@@ -148,6 +152,7 @@ int cmd_run(int argc, char** argv) {
     SweepConfig cfg;
     cfg.models.clear();
     for (auto& m : CLI::detail::split(models, ',')) cfg.models.push_back(m);
+    cfg.models_given = app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr;
     if (!dtypes.empty())
       for (auto& d : CLI::detail::split(dtypes, ',')) cfg.dtypes.push_back(parse_dtype(d));
     if (!prefill_batches.empty()) cfg.prefill_batches = parse_size_list(prefill_batches, "--batches");

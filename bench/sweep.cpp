@@ -66,6 +66,8 @@ void apply_defaults(SweepConfig& c, const Backend& backend) {
     if (v.empty()) v = std::move(d);
   };
   if (c.dtypes.empty()) c.dtypes = {gpu ? DType::bf16 : DType::fp32};
+  if (c.attention_models.empty())
+    c.attention_models = gpu && !c.models_given ? std::vector<std::string>{"llama-3.1-8b", "llama-3.1-70b"} : c.models;
   if (gpu) {
     set(c.prefill_batches, {1, 4});
     set(c.prompts, {128, 512, 2048, 8192});
@@ -133,11 +135,21 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
     if ((!gemv || c.compare_blas || v.empty()) && backend.implements(kind, t, Impl::blas)) v.push_back(Impl::blas);
     return v;
   };
-  for (const auto& model_name : c.models) {
+  // Every model of either list, in order; each group runs for the models it is
+  // meant for (attention shapes for attention_models, the rest for models).
+  std::vector<std::string> all_models = c.models;
+  for (const auto& a : c.attention_models)
+    if (std::find(all_models.begin(), all_models.end(), a) == all_models.end()) all_models.push_back(a);
+  auto listed = [](const std::vector<std::string>& v, const std::string& x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  for (const auto& model_name : all_models) {
     const ModelConfig m = load_model(model_name);
+    const bool linear_model = listed(c.models, model_name);
+    const bool attention_model = c.attention_models.empty() ? linear_model : listed(c.attention_models, model_name);
     for (DType t : c.dtypes) {
       const auto p = Precision::from(t, t);
-      if (wanted(c, "prefill_linear"))
+      if (linear_model && wanted(c, "prefill_linear"))
         for (auto B : c.prefill_batches)
           for (auto S : c.prompts) {
             const auto M = mul(B, S, "tokens");
@@ -147,12 +159,12 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
                 pts.push_back(linear_point("prefill", "linear", m, lin, t, impl, {{"batch", B}, {"prompt", S}}));
             }
           }
-      if (wanted(c, "decode_linear"))
+      if (linear_model && wanted(c, "decode_linear"))
         for (auto B : c.decode_batches)
           for (const auto& lin : linear_ops(m, B, p))
             for (Impl impl : impls_for(OpKind::linear, t, B, true))
               pts.push_back(linear_point("decode", "gemv", m, lin, t, impl, {{"batch", B}}));
-      if (wanted(c, "decode_attention"))
+      if (attention_model && wanted(c, "decode_attention"))
         for (OpKind kind : {OpKind::decode_attention, OpKind::decode_attention_paged}) {
           if (!backend.implements(kind, t, Impl::own)) continue;
           const bool paged = kind == OpKind::decode_attention_paged;
@@ -173,7 +185,7 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
               pts.push_back(pt);
             }
         }
-      if (wanted(c, "kv_append"))
+      if (linear_model && wanted(c, "kv_append"))
         for (OpKind kind : {OpKind::kv_append, OpKind::kv_append_paged}) {
           if (!backend.implements(kind, t, Impl::own)) continue;
           const bool paged = kind == OpKind::kv_append_paged;
@@ -195,7 +207,7 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
             pts.push_back(pt);
           }
         }
-      if (wanted(c, "prefill_attention"))
+      if (attention_model && wanted(c, "prefill_attention"))
         for (Impl impl : {Impl::own, Impl::blas}) {
           if (!backend.implements(OpKind::prefill_attention, t, impl)) continue;
           for (auto B : c.prefill_batches)
@@ -217,7 +229,7 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
       // Whole layers: prefill at each (prefill batch, prompt), decode at each
       // (attention batch, context). args carry the model's layer count and
       // vocabulary, which turn a layer time into a step time (fixture.cpp).
-      if (wanted(c, "layer") && backend.implements(OpKind::layer, t, Impl::own)) {
+      if (linear_model && wanted(c, "layer") && backend.implements(OpKind::layer, t, Impl::own)) {
         auto layer_point = [&](Phase ph, std::uint64_t B, std::uint64_t n) {
           const bool prefill = ph == Phase::prefill;
           Point pt;

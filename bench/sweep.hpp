@@ -23,6 +23,11 @@ inline const std::vector<std::string>& sweep_groups() {
 
 struct SweepConfig {
   std::vector<std::string> models{"llama-3.1-8b"};
+  // Models whose attention shapes (decode and prefill attention) are swept;
+  // empty: `models`. On a GPU, with no --model given, Llama-3.1-8B and 70B
+  // (4 and 8 query heads per KV head).
+  std::vector<std::string> attention_models;
+  bool models_given = false;  // --model (or PHASEBENCH_MODEL) was set
   std::vector<DType> dtypes;                   // empty: the backend's default
   std::vector<std::uint64_t> prefill_batches;  // prefill linear and attention
   std::vector<std::uint64_t> prompts;

@@ -185,6 +185,35 @@ TEST(LayerSweep, PointsWhereTheBackendImplementsThem) {
   EXPECT_EQ(d.request.name, d.name);  // the prefix of the per-op NVTX ranges
 }
 
+TEST(GpuSweepDefaults, AttentionAlsoForLlama70BUnlessModelsAreGiven) {
+  // On a GPU backend the default sweep adds Llama-3.1-70B's attention shapes (8
+  // query heads per KV head) to 8B's; its linear layers, KV append and layers stay out.
+  FakeBackend fake(std::nullopt);
+  SweepConfig c;
+  apply_defaults(c, fake);
+  std::map<std::string, int> ops_70b;
+  int attention_8b = 0;
+  for (const auto& p : build_sweep(c, fake)) {
+    if (p.model == "llama-3.1-70b") ops_70b[p.phase + "/" + p.op]++;
+    if (p.model == "llama-3.1-8b" && p.op == "attention" && p.phase == "decode") ++attention_8b;
+  }
+  EXPECT_EQ(ops_70b["decode/attention"], attention_8b);
+  EXPECT_EQ(ops_70b["decode/attention_paged"], attention_8b);
+  EXPECT_GT(ops_70b["prefill/attention"], 0);
+  EXPECT_EQ(ops_70b.size(), 3u);
+  // --model given: exactly those models, for every group.
+  SweepConfig given;
+  given.models = {"llama-3.1-8b"};
+  given.models_given = true;
+  apply_defaults(given, fake);
+  for (const auto& p : build_sweep(given, fake)) EXPECT_EQ(p.model, "llama-3.1-8b") << p.name;
+  // The CPU backend keeps to `models`.
+  auto cpu = make_cpu_backend();
+  SweepConfig on_cpu;
+  apply_defaults(on_cpu, *cpu);
+  for (const auto& p : build_sweep(on_cpu, *cpu)) EXPECT_EQ(p.model, "llama-3.1-8b") << p.name;
+}
+
 TEST(LayerResults, MeasuredAndPredictedStepTimes) {
   const auto gpu = GpuTable::load().find("h100-sxm");
   ASSERT_TRUE(gpu.has_value());
