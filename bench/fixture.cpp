@@ -44,7 +44,11 @@ void BenchContext::run(benchmark::State& st, const Point& p) {
     op_.reset();
     current_ = p.name;
     prepare_error_.clear();
+    // A point prepared again (Google Benchmark's random interleaving comes back to
+    // it once per repetition) keeps the samples it has: one point, one pool.
+    auto kept = std::move(out.samples);
     out = PointOutcome{};
+    out.samples = std::move(kept);
     try {
       if (auto why = backend_.cannot_run(p.request)) throw Unsupported(*why);
       op_ = backend_.prepare(p.request);
@@ -63,13 +67,18 @@ void BenchContext::run(benchmark::State& st, const Point& p) {
       out.status = "error";
       out.message = e.what();
     }
-    if (!op_) prepare_error_ = out.status + ": " + out.message;
+    if (!op_) {
+      prepare_error_ = out.status + ": " + out.message;
+      out.samples.clear();
+    }
   }
   if (!op_) {
     st.SkipWithError(prepare_error_.c_str());
     return;
   }
-  out.samples.clear();
+  // Every timed sample of the point is kept, across Google Benchmark's calls
+  // (its iteration-count estimation and each repetition): all are timings of
+  // the same prepared, verified and warmed-up operation.
   TimingOptions topts;
   topts.cold_cache = opts_.cold_cache;
   topts.range_name = p.name;

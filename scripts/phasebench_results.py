@@ -229,9 +229,17 @@ def _merge_times(times: list[dict]) -> dict | None:
     """Merge the time statistics of several repetitions of one point.
 
     Samples and means are pooled exactly (total mean and variance of all samples); the median is
-    the median of the repetitions' medians (the individual samples are not in the file).
+    the median of the repetitions' medians (the individual samples are not in the file). Blocks
+    that are identical (phasebench repeats the point's pooled statistics on every repetition's
+    entry) count once.
     """
     ts = [t for t in times if isinstance(t, dict) and _num(t.get("median_s")) is not None]
+    # phasebench writes the point's pooled statistics on every repetition's entry:
+    # identical blocks are one pool, not repetitions to pool again.
+    unique: dict[str, dict] = {}
+    for t in ts:
+        unique.setdefault(json.dumps(t, sort_keys=True), t)
+    ts = list(unique.values())
     if not ts:
         return None
     if len(ts) == 1:

@@ -92,3 +92,41 @@ def test_incomplete_run_warns(tmp_path):
     p.write_text(json.dumps(doc))
     r = pr.load_results(str(p))
     assert any("did not complete" in w for w in r.warnings)
+
+
+def test_identical_repetition_blocks_count_once(tmp_path):
+    # phasebench writes the pooled statistics of a point on every repetition's entry
+    # (and on the median aggregate): they are one pool, not three.
+    doc = json.load(open(fixture("h100-base.json")))
+    first = doc["benchmarks"][0]
+    copies = []
+    for i in (1, 2):
+        rep = json.loads(json.dumps(first))
+        rep["repetition_index"] = i
+        copies.append(rep)
+    med = json.loads(json.dumps(first))
+    med.update(run_type="aggregate", aggregate_name="median", name=first["name"] + "_median")
+    doc["benchmarks"][1:1] = copies + [med]
+    p = tmp_path / "reps.json"
+    p.write_text(json.dumps(doc))
+    pt = pr.load_results(str(p)).by_key[pr.make_key(first["phasebench"])]
+    assert pt.time["samples"] == first["phasebench"]["time"]["samples"]
+    assert pt.time["median_s"] == first["phasebench"]["time"]["median_s"]
+
+
+def test_aggregates_only_file_uses_the_median_entry(tmp_path):
+    # --benchmark_report_aggregates_only: no iteration entries, the median carries the fields.
+    doc = json.load(open(fixture("h100-base.json")))
+    aggs = []
+    for b in doc["benchmarks"]:
+        med = json.loads(json.dumps(b))
+        med.update(run_type="aggregate", aggregate_name="median", name=b["name"] + "_median",
+                   run_name=b.get("run_name", b["name"]))
+        mean = {k: v for k, v in med.items() if k != "phasebench"}
+        mean.update(aggregate_name="mean", name=b["name"] + "_mean")
+        aggs += [mean, med]
+    n = len(doc["benchmarks"])
+    doc["benchmarks"] = aggs
+    p = tmp_path / "aggs.json"
+    p.write_text(json.dumps(doc))
+    assert len(pr.load_results(str(p)).points) == n
