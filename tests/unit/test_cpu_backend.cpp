@@ -74,10 +74,19 @@ TEST(CpuBackend, DecodeAttentionContiguousAndPaged) {
   struct Case {
     std::uint64_t B, Hq, Hkv, L, D;
   };
-  // Query heads per KV head 1, 4, 8, 7 (4+2+1 tiles) and 2; head_dim 64, 128,
+  // Query heads per KV head 1, 4, 8, 7 (4+2+1 tiles), 2 and 3; head_dim 64, 128,
   // 256 and 96 (Phi-3); contexts that are not multiples of the 16-token block.
-  for (auto c : std::vector<Case>{
-           {1, 4, 4, 17, 64}, {3, 32, 8, 1000, 128}, {2, 8, 1, 33, 256}, {2, 28, 4, 77, 128}, {1, 16, 8, 300, 96}})
+  // head_dim 72 takes the vector scores and the scalar P*V, 20 the scalar loops
+  // of both passes; a single cached token and a context shorter than a block.
+  for (auto c : std::vector<Case>{{1, 4, 4, 17, 64},
+                                  {3, 32, 8, 1000, 128},
+                                  {2, 8, 1, 33, 256},
+                                  {2, 28, 4, 77, 128},
+                                  {1, 16, 8, 300, 96},
+                                  {2, 8, 2, 40, 72},
+                                  {1, 6, 2, 19, 20},
+                                  {3, 32, 8, 1, 128},
+                                  {1, 32, 8, 5, 128}})
     for (DType t : {DType::fp32, DType::bf16, DType::fp16})
       for (bool paged : {false, true}) {
         auto op = b->prepare(attention(c.B, c.Hq, c.Hkv, c.L, c.D, t, paged));
