@@ -287,6 +287,75 @@ void scatter_to_pages(const unsigned char* contiguous, unsigned char* pool, cons
       }
 }
 
+// ----------------------------------------------------- prefill attention ----
+class CpuPrefillAttention final : public CpuOp {
+ public:
+  explicit CpuPrefillAttention(const OpRequest& r) : CpuOp(r.footprint_bytes()), r_(r), s_(r.prefill) {
+    const std::uint64_t nq = mul({s_.B, s_.S, s_.Hq, s_.D}, "prefill attention query elements");
+    const std::uint64_t nkv = mul({s_.B, s_.S, s_.Hkv, s_.D}, "prefill attention key elements");
+    q_ = HostBuffer(nq * 4);
+    k_ = HostBuffer(nkv * 4);
+    v_ = HostBuffer(nkv * 4);
+    out_ = HostBuffer(nq * 4);
+    fill(q_, DType::fp32, nq, r.seed + 1);
+    fill(k_, DType::fp32, nkv, r.seed + 2);
+    fill(v_, DType::fp32, nkv, r.seed + 3);
+    std::memset(out_.get(), 0, out_.bytes());
+    for (const HostBuffer* b : {&q_, &k_, &v_, &out_}) track(b->get(), b->bytes());
+  }
+
+  void run() override {
+    cpu::PrefillAttentionArgs a;
+    a.q = q_.as<float>();
+    a.k = k_.as<float>();
+    a.v = v_.as<float>();
+    a.out = out_.as<float>();
+    a.B = s_.B;
+    a.S = s_.S;
+    a.Hq = s_.Hq;
+    a.Hkv = s_.Hkv;
+    a.D = s_.D;
+    cpu::prefill_attention(a);
+  }
+
+  // Sampled (sequence, query head) pairs, and in each the first rows, the rows
+  // around the 64-row block edges, the middle and the last rows.
+  void verify() override {
+    run();
+    const std::uint64_t S = s_.S, D = s_.D, G = s_.Hq / s_.Hkv;
+    std::vector<std::uint64_t> rows = {0, 1, 63, 64, 65, S / 2, S - 2, S - 1};
+    rows.erase(std::remove_if(rows.begin(), rows.end(), [&](std::uint64_t i) { return i >= S; }), rows.end());
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    std::vector<float> got, ref(D);
+    std::vector<double> want;
+    for (auto [b, hq] : sample_positions(s_.B, s_.Hq, 8, r_.seed)) {
+      const std::uint64_t h = hq / G;
+      auto kv_row = [&](const HostBuffer& buf, std::uint64_t l) { return buf.as<float>() + ((b * S + l) * s_.Hkv + h) * D; };
+      for (std::uint64_t i : rows) {
+        const std::uint64_t off = ((b * S + i) * s_.Hq + hq) * D;
+        reference::prefill_attention_row(
+            q_.as<float>() + off, i, D, scale, [&](std::size_t l) { return kv_row(k_, l); },
+            [&](std::size_t l) { return kv_row(v_, l); }, ref.data());
+        got.insert(got.end(), out_.as<float>() + off, out_.as<float>() + off + D);
+        want.insert(want.end(), ref.begin(), ref.end());
+      }
+    }
+    reference::check_rows_close(got, want, D, reference::tolerance_for(DType::fp32),
+                                "prefill attention (B=" + std::to_string(s_.B) + " S=" + std::to_string(S) +
+                                    " Hq=" + std::to_string(s_.Hq) + " Hkv=" + std::to_string(s_.Hkv) +
+                                    " D=" + std::to_string(D) + ")");
+  }
+
+  std::vector<float> output_values() override { return reference::to_float(out_.get(), DType::fp32, out_.bytes() / 4); }
+
+ private:
+  OpRequest r_;
+  PrefillAttentionShape s_;
+  HostBuffer q_, k_, v_, out_;
+};
+
 // ------------------------------------------------------ decode attention ----
 class CpuDecodeAttention final : public CpuOp {
  public:
@@ -604,6 +673,7 @@ class CpuBackend final : public Backend {
       case OpKind::decode_attention_paged:
       case OpKind::kv_append:
       case OpKind::kv_append_paged: return impl == Impl::own && float_types;
+      case OpKind::prefill_attention: return impl == Impl::own && t == DType::fp32;
       default: return false;
     }
   }
@@ -617,6 +687,12 @@ class CpuBackend final : public Backend {
       return "the own GEMV handles batch 1 to " + std::to_string(cpu::kMaxGemvBatch) + "; use the BLAS row";
     if (r.kind == OpKind::linear && (r.linear.M > 0x7fffffff || r.linear.N > 0x7fffffff || r.linear.K > 0x7fffffff))
       return "a dimension exceeds BLAS's 32-bit integers";
+    if (r.kind == OpKind::prefill_attention) {
+      const auto& p = r.prefill;
+      if (p.Hkv == 0 || p.Hq % p.Hkv != 0 || p.S == 0 || p.D == 0)
+        return "prefill attention needs S, D > 0 and Hq a multiple of Hkv";
+      if (p.S > 0x7fffffff || p.Hkv * p.D > 0x7fffffff) return "a dimension exceeds BLAS's 32-bit integers";
+    }
     const long avail_pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     const double avail = static_cast<double>(avail_pages) * static_cast<double>(page);
     const double need = static_cast<double>(r.footprint_bytes()) * (r.kind == OpKind::decode_attention_paged ? 2.0 : 1.0);
@@ -633,6 +709,7 @@ class CpuBackend final : public Backend {
       case OpKind::decode_attention_paged: return std::make_unique<CpuDecodeAttention>(r);
       case OpKind::kv_append:
       case OpKind::kv_append_paged: return std::make_unique<CpuKvAppend>(r);
+      case OpKind::prefill_attention: return std::make_unique<CpuPrefillAttention>(r);
       default: throw Unsupported("the CPU backend does not implement " + std::string(to_string(r.kind)));
     }
   }

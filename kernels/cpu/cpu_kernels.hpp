@@ -30,6 +30,17 @@ struct DecodeAttentionArgs {
 };
 void decode_attention(const DecodeAttentionArgs& a);
 
+// Causal prefill attention over a prompt of S tokens, fp32. q, out: [B, S, Hq, D];
+// k, v: [B, S, Hkv, D]; query head j attends to KV head j / (Hq / Hkv).
+struct PrefillAttentionArgs {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  float* out = nullptr;
+  std::uint64_t B = 0, S = 0, Hq = 0, Hkv = 0, D = 0;
+};
+void prefill_attention(const PrefillAttentionArgs& a);
+
 // KV append: new_k, new_v [B, S, Hkv, D] written to positions pos..pos+S-1.
 // Contiguous cache [B, Hkv, capacity, D]; paged pools as above.
 struct KvAppendArgs {

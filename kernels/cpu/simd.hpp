@@ -66,7 +66,7 @@ inline float max_of(const float* p, std::uint64_t n) {
   std::uint64_t i = 0;
   float m = p[0];
 #ifdef PB_CPU_AVX2
-  if (n >= 32) {
+  if (n >= 8) {
     __m256 m0 = _mm256_loadu_ps(p), m1 = m0, m2 = m0, m3 = m0;
     for (; i + 32 <= n; i += 32) {
       m0 = _mm256_max_ps(m0, _mm256_loadu_ps(p + i));
@@ -74,6 +74,7 @@ inline float max_of(const float* p, std::uint64_t n) {
       m2 = _mm256_max_ps(m2, _mm256_loadu_ps(p + i + 16));
       m3 = _mm256_max_ps(m3, _mm256_loadu_ps(p + i + 24));
     }
+    for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(p + i));
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
     for (float x : lanes) m = std::max(m, x);

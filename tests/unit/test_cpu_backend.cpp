@@ -139,7 +139,32 @@ TEST(CpuBackend, RefusesWhatItCannotRun) {
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find("GiB"), std::string::npos);
   EXPECT_THROW(b->prepare(huge), Unsupported);
-  EXPECT_FALSE(b->implements(OpKind::prefill_attention, DType::fp32, Impl::own));
+  EXPECT_FALSE(b->implements(OpKind::prefill_attention, DType::bf16, Impl::own));  // fp32 only
+  EXPECT_FALSE(b->implements(OpKind::prefill_attention, DType::fp32, Impl::blas));
+}
+
+OpRequest prefill(std::uint64_t B, std::uint64_t S, std::uint64_t Hq, std::uint64_t Hkv, std::uint64_t D) {
+  OpRequest r;
+  r.kind = OpKind::prefill_attention;
+  r.dtype = DType::fp32;
+  r.impl = Impl::own;
+  r.prefill = {B, Hq, Hkv, S, D};
+  return r;
+}
+
+TEST(CpuBackend, PrefillAttentionMatchesReference) {
+  // Query heads per KV head 4, 1 and 7; prompts shorter than a 64-row block, a
+  // multiple of it, and one with a partial last block.
+  auto b = make_cpu_backend();
+  ASSERT_TRUE(b->implements(OpKind::prefill_attention, DType::fp32, Impl::own));
+  struct Case {
+    std::uint64_t B, S, Hq, Hkv, D;
+  };
+  for (auto c : std::vector<Case>{{1, 40, 8, 2, 64}, {2, 128, 4, 4, 128}, {1, 200, 28, 4, 128}}) {
+    auto op = b->prepare(prefill(c.B, c.S, c.Hq, c.Hkv, c.D));
+    EXPECT_NO_THROW(op->verify()) << "S=" << c.S << " Hq=" << c.Hq << " Hkv=" << c.Hkv;
+  }
+  EXPECT_TRUE(b->cannot_run(prefill(1, 64, 6, 4, 64)).has_value());  // 6 heads over 4 KV heads
 }
 
 TEST(CpuBackend, TimingReturnsPositiveSamples) {
