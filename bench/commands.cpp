@@ -234,6 +234,21 @@ int cmd_run(int argc, char** argv) {
     TeeReporter reporter(file, ctx);
     benchmark::RunSpecifiedBenchmarks(&reporter);
     benchmark::Shutdown();
+    if (!no_calibrate) {
+      // The read ceiling once more: on a shared machine the bandwidth can move
+      // while the sweep runs, and every fraction of the measured roofline with it.
+      const auto start = backend->ceilings().bandwidth_for(CeilingSource::measured);
+      if (start && start->source == CeilingSource::measured) {
+        std::cerr << "phasebench: measuring the read bandwidth again...\n";
+        if (const auto end = backend->remeasure_read_bandwidth()) {
+          file.set_phasebench_field("bandwidth_check", {{"start_bytes_per_s", start->value},
+                                                        {"end_bytes_per_s", *end},
+                                                        {"change", *end / start->value - 1.0},
+                                                        {"method", start->method}});
+          file.write();
+        }
+      }
+    }
     if (!no_summary) std::cout << summarize(file.document());
     std::cout << "\nresults: " << path << "\n";
     return 0;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -93,6 +94,18 @@ std::string summarize(const nlohmann::json& results) {
     }
   }
   std::string out = fmt::format("\nphasebench summary: fraction of roofline ({} ceilings)\n", ceiling_source.empty() ? "no" : ceiling_source);
+  // The read bandwidth measured again after the sweep (commands.cpp): say when
+  // it moved enough to matter for the fractions above.
+  const auto pb = results.value("context", nlohmann::json::object()).value("phasebench", nlohmann::json::object());
+  if (pb.contains("bandwidth_check") && pb.at("bandwidth_check").is_object()) {
+    const auto& c = pb.at("bandwidth_check");
+    const double a = c.value("start_bytes_per_s", 0.0), b = c.value("end_bytes_per_s", 0.0);
+    if (a > 0 && b > 0 && std::abs(b / a - 1.0) > 0.10)
+      out += fmt::format(
+          "  note: the measured read bandwidth was {:.1f} GB/s before the sweep and {:.1f} GB/s after it ({:+.0f}%):\n"
+          "  the machine's bandwidth moved while it ran, and memory-bound fractions are uncertain by about that much.\n",
+          a / 1e9, b / 1e9, 100 * (b / a - 1.0));
+  }
   out += fmt::format("  {:<8} {:<18} {:>6} {:>8} {:>8} {:>8} {:>7}\n", "phase", "op", "points", "best", "median", "skipped", "errors");
   for (const auto& [k, g] : groups) {
     if (g.fractions.empty()) {

@@ -121,6 +121,10 @@ class Backend {
   virtual Ceilings ceilings() const = 0;
   // Calibrate the measured ceilings (bandwidth; a large GEMM per dtype). Once per process.
   virtual void measure_ceilings(const std::vector<DType>& dtypes) = 0;
+  // The measured read bandwidth (bytes/s) once more, by the same method as the
+  // ceiling: run after a sweep, it shows whether the machine's bandwidth moved
+  // while the sweep ran. Nothing when the backend cannot measure it.
+  virtual std::optional<double> remeasure_read_bandwidth() { return std::nullopt; }
   // Whether the backend implements this kind of request at all (used to build the sweep).
   virtual bool implements(OpKind kind, DType dtype, Impl impl) const = 0;
   // Why this particular request cannot run here (does not fit in memory, shape

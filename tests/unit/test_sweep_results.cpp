@@ -164,3 +164,14 @@ TEST(Summary, RepetitionsCountOncePerPoint) {
   const auto s = summarize(doc);
   EXPECT_NE(s.find("attention               1    50.0%    50.0%"), std::string::npos) << s;
 }
+
+TEST(Summary, SaysWhenTheReadBandwidthMovedDuringTheRun) {
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 1}}}}}, {"benchmarks", nlohmann::json::array()}};
+  auto check = [&](double end) {
+    doc["context"]["phasebench"]["bandwidth_check"] = {{"start_bytes_per_s", 30e9}, {"end_bytes_per_s", end}};
+    return summarize(doc);
+  };
+  const auto moved = check(24e9);
+  EXPECT_NE(moved.find("30.0 GB/s before the sweep and 24.0 GB/s after it (-20%)"), std::string::npos) << moved;
+  EXPECT_EQ(check(29e9).find("bandwidth was"), std::string::npos);  // within 10%: nothing to say
+}
