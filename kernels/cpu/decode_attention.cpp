@@ -27,12 +27,12 @@ constexpr std::uint64_t kBlock = 16;  // tokens per block; pages are multiples o
 constexpr std::uint64_t kPrefetchBlocks = 2;
 using namespace attention_tiles;
 
-// KV heads per task: as many as keep at least two tasks per thread (so dynamic
-// scheduling can balance them), a divisor of Hkv.
+// KV heads per task: as many as keep at least one task per thread (tasks are
+// equal, and longer runs per page are what paging needs), a divisor of Hkv.
 std::uint64_t heads_per_task(std::uint64_t B, std::uint64_t Hkv, std::uint64_t threads) {
   std::uint64_t best = 1;
   for (std::uint64_t c = 1; c <= Hkv; ++c)
-    if (Hkv % c == 0 && B * (Hkv / c) >= 2 * threads) best = c;
+    if (Hkv % c == 0 && B * (Hkv / c) >= threads) best = c;
   return best;
 }
 
