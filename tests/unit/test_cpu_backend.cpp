@@ -160,7 +160,9 @@ TEST(CpuBackend, PrefillAttentionMatchesReference) {
   struct Case {
     std::uint64_t B, S, Hq, Hkv, D;
   };
-  for (auto c : std::vector<Case>{{1, 40, 8, 2, 64}, {2, 128, 4, 4, 128}, {1, 200, 28, 4, 128}}) {
+  // ... and a one-token prompt, head_dim 24 (vector scores, scalar P*V) and 20 (scalar both).
+  for (auto c : std::vector<Case>{
+           {1, 40, 8, 2, 64}, {2, 128, 4, 4, 128}, {1, 200, 28, 4, 128}, {1, 1, 2, 1, 64}, {1, 33, 4, 2, 24}, {2, 17, 3, 1, 20}}) {
     auto op = b->prepare(prefill(c.B, c.S, c.Hq, c.Hkv, c.D));
     EXPECT_NO_THROW(op->verify()) << "S=" << c.S << " Hq=" << c.Hq << " Hkv=" << c.Hkv;
   }
