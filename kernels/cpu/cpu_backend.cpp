@@ -321,15 +321,12 @@ class CpuPrefillAttention final : public CpuOp {
     cpu::prefill_attention(a);
   }
 
-  // Sampled (sequence, query head) pairs, and in each the first rows, the rows
-  // around the 64-row block edges, the middle and the last rows.
+  // Sampled (sequence, query head) pairs, and in each the rows around the
+  // kernel's query blocks.
   void verify() override {
     run();
     const std::uint64_t S = s_.S, D = s_.D, G = s_.Hq / s_.Hkv;
-    std::vector<std::uint64_t> rows = {0, 1, 63, 64, 65, S / 2, S - 2, S - 1};
-    rows.erase(std::remove_if(rows.begin(), rows.end(), [&](std::uint64_t i) { return i >= S; }), rows.end());
-    std::sort(rows.begin(), rows.end());
-    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    const auto rows = reference::prefill_rows_to_check(S, cpu::kPrefillQueryRows);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     std::vector<float> got, ref(D);
     std::vector<double> want;

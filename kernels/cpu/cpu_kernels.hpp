@@ -40,6 +40,8 @@ struct PrefillAttentionArgs {
   std::uint64_t B = 0, S = 0, Hq = 0, Hkv = 0, D = 0;
 };
 void prefill_attention(const PrefillAttentionArgs& a);
+// Prompt rows per query block of prefill_attention (also its key block).
+inline constexpr std::uint64_t kPrefillQueryRows = 32;
 
 // KV append: new_k, new_v [B, S, Hkv, D] written to positions pos..pos+S-1.
 // Contiguous cache [B, Hkv, capacity, D]; paged pools as above.

@@ -21,7 +21,7 @@ namespace phasebench::cpu {
 namespace {
 // Equal, so that the diagonal key block starts at the query block's first row
 // and no query row ever sees a block with every key masked.
-constexpr std::uint64_t kQueryRows = 32, kKeyBlock = 32;
+constexpr std::uint64_t kQueryRows = kPrefillQueryRows, kKeyBlock = kPrefillQueryRows;
 }  // namespace
 
 void prefill_attention(const PrefillAttentionArgs& a) {

@@ -140,6 +140,16 @@ void prefill_attention_row(const float* q, std::size_t i, std::size_t D, float s
   attend(q, i + 1, D, scale, key, value, out);
 }
 
+std::vector<std::uint64_t> prefill_rows_to_check(std::uint64_t S, std::uint64_t tile) {
+  if (S == 0 || tile == 0) return {};
+  const std::uint64_t last_tile = (S - 1) / tile * tile;
+  std::vector<std::uint64_t> rows = {0, 1, tile - 1, tile, tile + 1, last_tile, last_tile + 1, S / 2, S - 2, S - 1};
+  rows.erase(std::remove_if(rows.begin(), rows.end(), [&](std::uint64_t i) { return i >= S; }), rows.end());
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
 Tolerance tolerance_for(DType t) {
   switch (t) {
     case DType::fp32: return {1e-5, 1e-4};

@@ -35,6 +35,11 @@ void prefill_attention_row(const float* q, std::size_t i, std::size_t D, float s
                            const std::function<const float*(std::size_t)>& key,
                            const std::function<const float*(std::size_t)>& value, float* out);
 
+// Prompt rows worth checking in a causal attention output computed in tiles of
+// `tile` rows: the first two, both sides of the first tile edge, the last
+// tile's first two, the middle and the last two (those below S, ascending).
+std::vector<std::uint64_t> prefill_rows_to_check(std::uint64_t S, std::uint64_t tile);
+
 // Tolerances for comparing an output stored as `t`: |got - want| <= atol + rtol*|want|.
 struct Tolerance {
   double atol = 0, rtol = 0;

@@ -546,12 +546,8 @@ class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
     std::vector<std::pair<int, int>> heads = {{0, 0}, {B - 1, Hq - 1}, {B / 2, Hq / 2}, {0, Hq - 1}, {B - 1, 0}};
     std::sort(heads.begin(), heads.end());
     heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
-    // Rows: first, last, the last (partial) 64-row tile's first rows, tile edges, the middle.
-    const int last_tile = ((S - 1) / 64) * 64;
-    std::vector<int> rows = {0, 1, S - 1, S - 2, last_tile, last_tile + 1, 63, 64, 65, S / 2};
-    rows.erase(std::remove_if(rows.begin(), rows.end(), [&](int i) { return i < 0 || i >= S; }), rows.end());
-    std::sort(rows.begin(), rows.end());
-    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    // Rows around the 64-row tiles of the flash kernel (and the cuBLAS path's same rows).
+    const auto rows = reference::prefill_rows_to_check(static_cast<std::uint64_t>(S), 64);
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
     const reference::Tolerance tol = reference::tolerance_for(t);
     std::vector<float> ref(D);
@@ -563,7 +559,8 @@ class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
       const auto o = download_2d_as_float(byte_ptr(out_.get(), qrow0, es), t, S, D, Hq * D, ctx_.stream);
       const auto k = download_2d_as_float(byte_ptr(k_.get(), krow0, es), t, S, D, Hkv * D, ctx_.stream);
       const auto v = download_2d_as_float(byte_ptr(v_.get(), krow0, es), t, S, D, Hkv * D, ctx_.stream);
-      for (const int i : rows) {
+      for (const std::uint64_t row : rows) {
+        const int i = static_cast<int>(row);  // row < S, which fits in int
         reference::prefill_attention_row(
             q.data() + i * D, static_cast<std::size_t>(i), D, scale, [&](std::size_t l) { return k.data() + l * D; },
             [&](std::size_t l) { return v.data() + l * D; }, ref.data());

@@ -196,6 +196,13 @@ TEST(Reference, CheckCloseNamesTheFirstMismatch) {
   EXPECT_NO_THROW(reference::check_close({1.0f, 2.0f, 3.0f}, want, reference::tolerance_for(DType::fp32), "op"));
 }
 
+TEST(Reference, PrefillRowsToCheckSitAroundTheTiles) {
+  using R = std::vector<std::uint64_t>;
+  EXPECT_EQ(reference::prefill_rows_to_check(200, 64), (R{0, 1, 63, 64, 65, 100, 192, 193, 198, 199}));
+  EXPECT_EQ(reference::prefill_rows_to_check(40, 32), (R{0, 1, 20, 31, 32, 33, 38, 39}));
+  EXPECT_EQ(reference::prefill_rows_to_check(1, 32), (R{0}));
+}
+
 TEST(Reference, ConversionsRoundTrip) {
   for (float v : {0.0f, 1.0f, -2.5f, 0.333f, 65504.0f, 1e-6f}) {
     EXPECT_NEAR(reference::round_to(v, DType::bf16), v, std::abs(v) * 0.004 + 1e-30);
