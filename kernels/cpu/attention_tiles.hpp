@@ -123,13 +123,22 @@ template <int NH, class T>
   }
 }
 
+// The block's rows are taken kPvRows at a time across all columns: a tile
+// then touches a few lines of a few rows, and the block is read nearly in
+// memory order. Tiles over all of a block's rows touch one line of every row
+// at once, which left P*V 15-25% slower than the scores pass out of memory.
+inline constexpr std::uint64_t kPvRows = 4;
+
 template <int NH, class T>
 [[gnu::always_inline]] inline void pv_heads(const T* v, std::uint64_t rs, std::uint64_t n, std::uint64_t D, const float* p,
                                             std::uint64_t lp, float* acc, Prefetcher& pf) {
-  const std::uint64_t per_tile = (n * D * sizeof(T) / (D / 16) + 63) / 64 * 64;
-  for (std::uint64_t c = 0; c < D; c += 16) {
-    pf.step(per_tile);
-    pv_tile<NH>(v + c, rs, n, D, p, lp, acc + c);
+  for (std::uint64_t t = 0; t < n; t += kPvRows) {
+    const std::uint64_t m = std::min(kPvRows, n - t);
+    const std::uint64_t per_tile = (m * D * sizeof(T) / (D / 16) + 63) / 64 * 64;
+    for (std::uint64_t c = 0; c < D; c += 16) {
+      pf.step(per_tile);
+      pv_tile<NH>(v + t * rs + c, rs, m, D, p + t, lp, acc + c);
+    }
   }
 }
 
