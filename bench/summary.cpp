@@ -52,6 +52,10 @@ std::string summarize(const nlohmann::json& results) {
   std::map<std::string, std::map<std::uint64_t, GemvPoint>> gemv;  // key -> batch -> fastest point
   std::string ceiling_source;
   std::vector<nlohmann::json> layers;  // whole-layer points that ran
+  // Decode attention over the same shape, contiguous and paged: median times,
+  // keyed by model, dtype, cache mode and shape; paged points by page size.
+  std::map<std::string, double> contiguous_time;
+  std::map<std::string, std::map<std::uint64_t, double>> paged_time;
   // One entry per point: with --benchmark_repetitions every repetition (and the
   // median aggregate) carries the point's structured fields, all from the same
   // samples; the last one seen stands for the point.
@@ -80,6 +84,18 @@ std::string summarize(const nlohmann::json& results) {
     const auto& r = p.at("roofline");
     if (r.at("fraction_of_roofline").is_number()) g.fractions.push_back(r.at("fraction_of_roofline").get<double>());
     ceiling_source = r.value("bandwidth_ceiling_source", "");
+    if (p.value("phase", "") == "decode" && (p.value("op", "") == "attention" || p.value("op", "") == "attention_paged") &&
+        p.contains("shape") && p.contains("time")) {
+      const auto& sh = p.at("shape");
+      const std::string key = fmt::format("{} {} {} B{} Hq{} Hkv{} L{} D{}", p.value("model", ""), p.value("dtype", ""),
+                                          p.value("cache", ""), sh.value("B", 0), sh.value("Hq", 0), sh.value("Hkv", 0),
+                                          sh.value("L", 0), sh.value("D", 0));
+      const double t = p.at("time").at("median_s").get<double>();
+      if (p.value("op", "") == "attention")
+        contiguous_time[key] = t;
+      else
+        paged_time[key][p.value("args", nlohmann::json::object()).value("page_size", std::uint64_t{0})] = t;
+    }
     if (p.value("op", "") == "gemv") {
       const auto& sh = p.at("shape");
       const double t = p.at("time").at("median_s").get<double>();
@@ -115,6 +131,19 @@ std::string summarize(const nlohmann::json& results) {
     out += fmt::format("  {:<8} {:<18} {:>6} {:>7.1f}% {:>7.1f}% {:>8} {:>7}\n", k.first, k.second, g.fractions.size(),
                        100 * *std::max_element(g.fractions.begin(), g.fractions.end()), 100 * median_of(g.fractions),
                        g.skipped, g.errors);
+  }
+  // Paging's cost: the time of the contiguous cache over the time of the paged
+  // one on the same shapes (1.00: paging is free; 0.90: paged takes 11% longer).
+  std::map<std::uint64_t, std::vector<double>> paged_speed;
+  for (const auto& [key, by_page] : paged_time)
+    if (auto c = contiguous_time.find(key); c != contiguous_time.end())
+      for (const auto& [page, t] : by_page) paged_speed[page].push_back(c->second / t);
+  if (!paged_speed.empty()) {
+    out += "\ndecode attention, paged vs contiguous: contiguous time / paged time on the same shapes\n";
+    out += fmt::format("  {:<10} {:>6} {:>8} {:>8} {:>8}\n", "page", "points", "median", "worst", "best");
+    for (const auto& [page, v] : paged_speed)
+      out += fmt::format("  {:<10} {:>6} {:>8.2f} {:>8.2f} {:>8.2f}\n", page, v.size(), median_of(v),
+                         *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
   }
   if (!gemv.empty()) {
     out += "\ndecode linear layers: batch where the layer crosses from memory-bound to compute-bound\n";

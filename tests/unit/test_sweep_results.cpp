@@ -175,3 +175,34 @@ TEST(Summary, SaysWhenTheReadBandwidthMovedDuringTheRun) {
   EXPECT_NE(moved.find("30.0 GB/s before the sweep and 24.0 GB/s after it (-20%)"), std::string::npos) << moved;
   EXPECT_EQ(check(29e9).find("bandwidth was"), std::string::npos);  // within 10%: nothing to say
 }
+
+TEST(Summary, PagedAttentionAgainstContiguousOnTheSameShapes) {
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 1}}}}}, {"benchmarks", nlohmann::json::array()}};
+  auto add = [&](const std::string& op, std::uint64_t B, std::uint64_t L, std::uint64_t page, double t) {
+    nlohmann::json args = {{"batch", B}, {"context", L}};
+    if (page) args["page_size"] = page;
+    const std::string name = "decode/" + op + "/m/fp32/batch:" + std::to_string(B) + "/context:" + std::to_string(L) +
+                             (page ? "/page:" + std::to_string(page) : "");
+    doc["benchmarks"].push_back(
+        {{"name", name},
+         {"phasebench",
+          {{"phase", "decode"}, {"op", op}, {"model", "m"}, {"dtype", "fp32"}, {"cache", "cold"}, {"status", "ok"},
+           {"args", args}, {"shape", {{"B", B}, {"Hq", 32}, {"Hkv", 8}, {"L", L}, {"D", 128}}},
+           {"time", {{"median_s", t}}},
+           {"roofline", {{"fraction_of_roofline", 0.5}, {"bandwidth_ceiling_source", "measured"}}}}}});
+  };
+  add("attention", 8, 1024, 0, 1.0e-3);
+  add("attention_paged", 8, 1024, 16, 1.25e-3);  // 0.80
+  add("attention", 8, 4096, 0, 4.0e-3);
+  add("attention_paged", 8, 4096, 16, 4.0e-3);  // 1.00
+  add("attention_paged", 8, 4096, 64, 5.0e-3);  // 0.80, its own row
+  add("attention_paged", 32, 4096, 16, 1.0);     // no contiguous point: not counted
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("paged vs contiguous"), std::string::npos) << s;
+  EXPECT_NE(s.find("  16              2     0.90     0.80     1.00"), std::string::npos) << s;
+  EXPECT_NE(s.find("  64              1     0.80     0.80     0.80"), std::string::npos) << s;
+  // Without contiguous points there is nothing to compare and no section.
+  doc["benchmarks"].erase(doc["benchmarks"].begin());
+  doc["benchmarks"].erase(doc["benchmarks"].begin() + 1);
+  EXPECT_EQ(summarize(doc).find("paged vs contiguous"), std::string::npos) << summarize(doc);
+}
