@@ -118,17 +118,26 @@ TEST(CpuBackend, PagedAndContiguousGiveTheSameAnswer) {
 
 TEST(CpuBackend, KvAppend) {
   auto b = make_cpu_backend();
-  for (bool paged : {false, true})
-    for (std::uint64_t S : {1u, 5u}) {
-      OpRequest r;
-      r.kind = paged ? OpKind::kv_append_paged : OpKind::kv_append;
-      r.dtype = DType::bf16;
-      r.append = {3, S, 8, 128};
-      r.append_capacity = 1000;  // not a multiple of the page size
-      r.page_size = 16;
-      auto op = b->prepare(r);
-      EXPECT_NO_THROW(op->verify());
-    }
+  // Rows of 256 and 512 bytes and 96 (streaming stores), 40 bytes (memcpy);
+  // batch 64 appends enough to run on all threads.
+  struct Case {
+    DType t;
+    std::uint64_t B, D;
+  };
+  for (const Case c : {Case{DType::bf16, 3, 128}, Case{DType::fp32, 3, 128}, Case{DType::fp32, 3, 24},
+                       Case{DType::bf16, 3, 20}, Case{DType::fp32, 64, 128}})
+    for (bool paged : {false, true})
+      for (std::uint64_t S : {1u, 5u}) {
+        OpRequest r;
+        r.kind = paged ? OpKind::kv_append_paged : OpKind::kv_append;
+        r.dtype = c.t;
+        r.append = {c.B, S, 8, c.D};
+        r.append_capacity = 1000;  // not a multiple of the page size
+        r.page_size = 16;
+        auto op = b->prepare(r);
+        EXPECT_NO_THROW(op->verify()) << to_string(c.t) << " B=" << c.B << " D=" << c.D << " S=" << S
+                                      << (paged ? " paged" : "");
+      }
 }
 
 TEST(CpuBackend, RefusesWhatItCannotRun) {
