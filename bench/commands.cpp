@@ -109,7 +109,7 @@ int cmd_run(int argc, char** argv) {
               ceiling = "measured";
   std::vector<std::string> shapes;
   std::uint64_t page_size = 16, append_context = 0;
-  bool no_calibrate = false, profile = false, no_blas = false, no_summary = false;
+  bool no_calibrate = false, profile = false, no_blas = false, no_summary = false, no_paired_read = false;
   app.add_option("--backend", backend_name, "auto, cuda or cpu")->envname("PHASEBENCH_BACKEND");
   app.add_option("--model", models,
                  "short names or config.json paths, comma-separated (default llama-3.1-8b; on a GPU the attention "
@@ -134,6 +134,8 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--cache", cache, "cold (flush the last-level cache before each sample) or hot");
   app.add_option("--roofline", ceiling, "ceilings the percentages use: measured or datasheet");
   app.add_flag("--no-calibrate", no_calibrate, "skip measuring ceilings (percentages then use the datasheet)");
+  app.add_flag("--no-paired-read", no_paired_read,
+               "no streaming read before each sample of memory-bound points of >= 4x LLC (CPU backend; cold cache)");
   app.add_flag("--no-blas", no_blas, "omit the vendor-library comparison rows next to our own kernels");
   app.add_flag("--profile", profile, "run each selected point once between profiler start/stop, no statistics");
   app.add_flag("--no-summary", no_summary, "do not print the summary");
@@ -147,6 +149,7 @@ int cmd_run(int argc, char** argv) {
     if (cache != "cold" && cache != "hot") throw InputError("--cache must be cold or hot, got '" + cache + "'");
     RunOptions ropts;
     ropts.cold_cache = cache == "cold";
+    ropts.paired_read = !no_paired_read;
     ropts.ceiling = parse_ceiling_source(ceiling);
     if (ropts.ceiling == CeilingSource::theoretical) throw InputError("--roofline takes measured or datasheet");
     SweepConfig cfg;

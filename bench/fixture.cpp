@@ -37,6 +37,17 @@ const Point* BenchContext::point(const std::string& name) const {
   return it == points_.end() ? nullptr : &it->second;
 }
 
+bool BenchContext::pairs_reads(const OpRequest& r) const {
+  if (!opts_.paired_read || !opts_.cold_cache) return false;  // a read before a hot sample would evict its data
+  const auto llc = backend_.device().cache_bytes;
+  const auto cost = r.cost();
+  if (llc == 0 || cost.bytes.total() < 4 * llc) return false;  // smaller points are served partly by the caches
+  const auto ceil = backend_.ceilings();
+  const auto P = ceil.compute_for(r.dtype, opts_.ceiling);
+  const auto W = ceil.bandwidth_for(opts_.ceiling);
+  return P && W && cost.intensity() < P->value / W->value;
+}
+
 void BenchContext::run(benchmark::State& st, const Point& p) {
   auto& out = outcomes_[p.name];
   // Prepare (allocate, fill, verify, warm up) once per point, outside timing.
@@ -47,8 +58,12 @@ void BenchContext::run(benchmark::State& st, const Point& p) {
     // A point prepared again (Google Benchmark's random interleaving comes back to
     // it once per repetition) keeps the samples it has: one point, one pool.
     auto kept = std::move(out.samples);
+    auto kept_fraction = std::move(out.paired_fraction);
+    auto kept_read = std::move(out.paired_read);
     out = PointOutcome{};
     out.samples = std::move(kept);
+    out.paired_fraction = std::move(kept_fraction);
+    out.paired_read = std::move(kept_read);
     try {
       if (auto why = backend_.cannot_run(p.request)) throw Unsupported(*why);
       op_ = backend_.prepare(p.request);
@@ -82,10 +97,18 @@ void BenchContext::run(benchmark::State& st, const Point& p) {
   TimingOptions topts;
   topts.cold_cache = opts_.cold_cache;
   topts.range_name = p.name;
+  const bool pair = pairs_reads(p.request);
+  const double point_bytes = static_cast<double>(p.request.cost().bytes.total());
   try {
     backend_.throttled_since_last_check();  // reset the flag for this call
     for (auto _ : st) {
+      // Outside the timed region (manual time); it also leaves the caches cold.
+      const std::optional<double> read = pair ? backend_.paired_read() : std::nullopt;
       const Sample s = backend_.time(*op_, topts);
+      if (read && *read > 0 && s.seconds > 0) {
+        out.paired_read.push_back(*read);
+        out.paired_fraction.push_back(point_bytes / s.seconds / *read);
+      }
       // Per run() call, so Google Benchmark's time column is one operation's time
       // even when the backend timed several calls together.
       st.SetIterationTime(s.seconds);
@@ -298,6 +321,18 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
     if (P && W) all[std::string(to_string(src))] = place_json(place(flops, bytes, s.median, P->value, W->value), *P, *W);
   }
   j["roofline_by_source"] = all;
+  if (!o->paired_fraction.empty()) {
+    const auto f = stats_of(o->paired_fraction);
+    j["paired_read"] = {
+        {"fraction_median", f.median},
+        {"fraction_min", f.min},
+        {"fraction_max", f.max},
+        {"pairs", f.count},
+        {"read_bytes_per_s_median", stats_of(o->paired_read).median},
+        {"method", "a streaming read beyond the caches (CPU: 4x the last-level cache, at least 128 MiB, in turn "
+                   "from a ring of four) timed right before each sample, outside it; per sample its bytes/s over "
+                   "that read's bytes/s; the median over the samples"}};
+  }
   const auto P = ceil.compute_for(p->request.dtype, opts_.ceiling);
   const auto W = ceil.bandwidth_for(opts_.ceiling);
   if (P && W) {

@@ -24,11 +24,18 @@ struct PointOutcome {
   std::uint64_t runs_per_sample = 1;
   bool throttled = false;
   nlohmann::json clocks;  // clocks seen at the end of the point
+  // Paired reads (large memory-bound points): per sample, its bytes/s over the
+  // bytes/s of the streaming read timed right before it.
+  std::vector<double> paired_fraction;
+  std::vector<double> paired_read;  // the reads' bytes/s
 };
 
 struct RunOptions {
   bool cold_cache = true;
   CeilingSource ceiling = CeilingSource::measured;
+  // Time a streaming read before every sample of memory-bound points that move
+  // at least 4x the last-level cache (cold cache only; where the backend can).
+  bool paired_read = true;
 };
 
 class BenchContext {
@@ -46,6 +53,8 @@ class BenchContext {
   nlohmann::json point_json(const std::string& name) const;
 
  private:
+  // Whether samples of this point get a paired read (see RunOptions::paired_read).
+  bool pairs_reads(const OpRequest& r) const;
   // The "layer" block of a whole-layer point (measured and predicted step times).
   nlohmann::json layer_json(const Point& p, double measured_layer_s) const;
   Backend& backend_;

@@ -42,6 +42,7 @@ std::uint64_t predicted_crossing(std::uint64_t N, std::uint64_t K, std::uint64_t
 std::string summarize(const nlohmann::json& results) {
   struct Group {
     std::vector<double> fractions;
+    std::vector<double> paired;  // points' median fraction of the paired reads' bandwidth
     std::size_t skipped = 0, errors = 0;
   };
   std::map<std::pair<std::string, std::string>, Group> groups;
@@ -83,6 +84,8 @@ std::string summarize(const nlohmann::json& results) {
     if (status != "ok" || !p.contains("roofline")) continue;
     const auto& r = p.at("roofline");
     if (r.at("fraction_of_roofline").is_number()) g.fractions.push_back(r.at("fraction_of_roofline").get<double>());
+    if (p.contains("paired_read") && p.at("paired_read").value("fraction_median", nlohmann::json()).is_number())
+      g.paired.push_back(p.at("paired_read").at("fraction_median").get<double>());
     ceiling_source = r.value("bandwidth_ceiling_source", "");
     if (p.value("phase", "") == "decode" && (p.value("op", "") == "attention" || p.value("op", "") == "attention_paged") &&
         p.contains("shape") && p.contains("time")) {
@@ -122,16 +125,27 @@ std::string summarize(const nlohmann::json& results) {
           "  the machine's bandwidth moved while it ran, and memory-bound fractions are uncertain by about that much.\n",
           a / 1e9, b / 1e9, 100 * (b / a - 1.0));
   }
-  out += fmt::format("  {:<8} {:<18} {:>6} {:>8} {:>8} {:>8} {:>7}\n", "phase", "op", "points", "best", "median", "skipped", "errors");
+  const bool any_paired = std::any_of(groups.begin(), groups.end(), [](const auto& kv) { return !kv.second.paired.empty(); });
+  auto paired_cell = [&](const Group& g) {
+    if (!any_paired) return std::string();
+    if (g.paired.empty()) return fmt::format(" {:>8}", "-");
+    return fmt::format(" {:>7.1f}% ({})", 100 * median_of(g.paired), g.paired.size());
+  };
+  out += fmt::format("  {:<8} {:<18} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", "phase", "op", "points", "best", "median", "skipped",
+                     "errors", any_paired ? fmt::format(" {:>8}", "paired") : "");
   for (const auto& [k, g] : groups) {
     if (g.fractions.empty()) {
-      out += fmt::format("  {:<8} {:<18} {:>6} {:>8} {:>8} {:>8} {:>7}\n", k.first, k.second, 0, "-", "-", g.skipped, g.errors);
+      out += fmt::format("  {:<8} {:<18} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", k.first, k.second, 0, "-", "-", g.skipped,
+                         g.errors, paired_cell(g));
       continue;
     }
-    out += fmt::format("  {:<8} {:<18} {:>6} {:>7.1f}% {:>7.1f}% {:>8} {:>7}\n", k.first, k.second, g.fractions.size(),
+    out += fmt::format("  {:<8} {:<18} {:>6} {:>7.1f}% {:>7.1f}% {:>8} {:>7}{}\n", k.first, k.second, g.fractions.size(),
                        100 * *std::max_element(g.fractions.begin(), g.fractions.end()), 100 * median_of(g.fractions),
-                       g.skipped, g.errors);
+                       g.skipped, g.errors, paired_cell(g));
   }
+  if (any_paired)
+    out += "  paired: median over the memory-bound points of >= 4x LLC (their number in brackets) of each point's\n"
+           "  median fraction of the streaming read timed right before each of its samples\n";
   // Paging's cost: the time of the contiguous cache over the time of the paged
   // one on the same shapes (1.00: paging is free; 0.90: paged takes 11% longer).
   std::map<std::uint64_t, std::vector<double>> paged_speed;

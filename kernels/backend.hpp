@@ -125,6 +125,12 @@ class Backend {
   // ceiling: run after a sweep, it shows whether the machine's bandwidth moved
   // while the sweep ran. Nothing when the backend cannot measure it.
   virtual std::optional<double> remeasure_read_bandwidth() { return std::nullopt; }
+  // One streaming read of a buffer of a few times the last-level cache, by the
+  // ceiling's method: bytes/s. The fixture times one right before each sample
+  // of a large memory-bound point, so each sample has the bandwidth of the same
+  // moment beside it (on a shared machine the read ceiling moves by a third
+  // within minutes). Nothing when the backend does not offer it.
+  virtual std::optional<double> paired_read() { return std::nullopt; }
   // Whether the backend implements this kind of request at all (used to build the sweep).
   virtual bool implements(OpKind kind, DType dtype, Impl impl) const = 0;
   // Why this particular request cannot run here (does not fit in memory, shape

@@ -30,6 +30,7 @@ class FakeBackend : public Backend {
     info_.backend = "fake";
     info_.name = "fake";
     info_.slug = "fake";
+    info_.cache_bytes = 1000;  // points of >= 4000 bytes are "beyond the caches"
     ceilings_.add_compute(DType::fp32, {1e12, CeilingSource::measured, "fake"});
     ceilings_.add_bandwidth({1e11, CeilingSource::measured, "fake"});
   }
@@ -52,8 +53,15 @@ class FakeBackend : public Backend {
     return {1e-3, 1};
   }
   void profile(PreparedOp&, const std::string&) override {}
+  std::optional<double> paired_read() override {
+    ++reads;
+    return read_rate;
+  }
+  void device_cache(std::uint64_t bytes) { info_.cache_bytes = bytes; }
   FakeOp* last = nullptr;
   int timed = 0;
+  std::optional<double> read_rate;  // what paired_read() reports (nothing: not offered)
+  int reads = 0;
 
  private:
   DeviceInfo info_;
@@ -117,6 +125,48 @@ TEST_F(FixtureTest, CountersComeFromTheFormulas) {
   EXPECT_NEAR(j.at("fraction_of_roofline").get<double>(), (8e6 / 1e-3) / (I * 1e11), 1e-9);
   EXPECT_EQ(j.at("roofline").at("bandwidth_ceiling_source"), "measured");
   EXPECT_DOUBLE_EQ(j.at("time").at("median_s").get<double>(), 1e-3);
+}
+
+TEST_F(FixtureTest, LargeMemoryBoundPointsPairEverySampleWithARead) {
+  backend.read_rate = 4e10;  // 40 GB/s at the moment of each sample
+  run_points({point(4), point(1000)});
+  // M=4: ~4 MB, intensity ~2 < ridge 10: one read before each sample.
+  const auto* o = ctx->outcome("free/linear/test4");
+  ASSERT_EQ(o->status, "ok");
+  EXPECT_EQ(o->paired_fraction.size(), o->samples.size());
+  const auto j = ctx->point_json("free/linear/test4");
+  ASSERT_TRUE(j.contains("paired_read")) << j.dump(1);
+  const double bytes = 4.0 * (1000 * 1000 + 4 * 1000 + 4 * 1000);
+  EXPECT_NEAR(j.at("paired_read").at("fraction_median").get<double>(), bytes / 1e-3 / 4e10, 1e-12);
+  EXPECT_DOUBLE_EQ(j.at("paired_read").at("read_bytes_per_s_median").get<double>(), 4e10);
+  // Beside it the fraction of the run's ceiling (100 GB/s) is unchanged.
+  EXPECT_NEAR(j.at("roofline").at("bandwidth_bytes_per_s").get<double>(), 1e11, 1);
+  // M=1000: compute-bound (intensity ~167): no reads for its samples.
+  EXPECT_FALSE(ctx->point_json("free/linear/test1000").contains("paired_read"));
+  EXPECT_EQ(backend.reads, static_cast<int>(o->samples.size()));
+}
+
+TEST_F(FixtureTest, NoPairedReadsForSmallPointsHotCachesOrWhenSwitchedOff) {
+  backend.read_rate = 4e10;
+  backend.device_cache(1u << 30);  // a 1 GiB cache: the 4 MB point is small
+  run_points({point(4)});
+  EXPECT_EQ(backend.reads, 0);
+  backend.device_cache(1000);
+  RunOptions hot;
+  hot.cold_cache = false;  // a read before a hot sample would evict its data
+  ctx = std::make_unique<BenchContext>(backend, hot);
+  run_points({point(4)});
+  EXPECT_EQ(backend.reads, 0);
+  RunOptions off;
+  off.paired_read = false;
+  ctx = std::make_unique<BenchContext>(backend, off);
+  run_points({point(4)});
+  EXPECT_EQ(backend.reads, 0);
+  backend.read_rate.reset();  // a backend that does not offer it
+  ctx = std::make_unique<BenchContext>(backend, RunOptions{});
+  run_points({point(4)});
+  EXPECT_GT(backend.reads, 0);
+  EXPECT_FALSE(ctx->point_json("free/linear/test4").contains("paired_read"));
 }
 
 TEST(Stats, MedianAndSpread) {

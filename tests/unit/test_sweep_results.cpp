@@ -206,3 +206,24 @@ TEST(Summary, PagedAttentionAgainstContiguousOnTheSameShapes) {
   doc["benchmarks"].erase(doc["benchmarks"].begin() + 1);
   EXPECT_EQ(summarize(doc).find("paged vs contiguous"), std::string::npos) << summarize(doc);
 }
+
+TEST(Summary, PairedReadColumnWhenPointsCarryIt) {
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 1}}}}}, {"benchmarks", nlohmann::json::array()}};
+  auto add = [&](const std::string& name, const std::string& phase, const std::string& op, double frac, double paired) {
+    nlohmann::json p = {{"phase", phase}, {"op", op}, {"status", "ok"},
+                        {"roofline", {{"fraction_of_roofline", frac}, {"bandwidth_ceiling_source", "measured"}}}};
+    if (paired > 0) p["paired_read"] = {{"fraction_median", paired}, {"pairs", 10}};
+    doc["benchmarks"].push_back({{"name", name}, {"phasebench", p}});
+  };
+  add("a", "decode", "attention", 0.6, 0);
+  EXPECT_EQ(summarize(doc).find("paired"), std::string::npos) << summarize(doc);
+  doc["benchmarks"].clear();
+  add("a", "decode", "attention", 0.6, 0.8);
+  add("b", "decode", "attention", 0.7, 0.9);
+  add("c", "decode", "attention", 0.65, 0);  // below 4x LLC: no pairs
+  add("d", "prefill", "linear", 0.9, 0);     // compute-bound: none
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("  decode   attention               3    70.0%    65.0%        0       0    85.0% (2)"), std::string::npos) << s;
+  EXPECT_NE(s.find("  prefill  linear                  1    90.0%    90.0%        0       0        -"), std::string::npos) << s;
+  EXPECT_NE(s.find("paired: median over the memory-bound points"), std::string::npos) << s;
+}
