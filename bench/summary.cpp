@@ -146,16 +146,16 @@ std::string summarize(const nlohmann::json& results) {
   if (any_paired)
     out += "  paired: median over the memory-bound points of >= 4x LLC (their number in brackets) of each point's\n"
            "  median fraction of the streaming read timed right before each of its samples\n";
-  // Paging's cost: the time of the contiguous cache over the time of the paged
-  // one on the same shapes (1.00: paging is free; 0.90: paged takes 11% longer).
-  std::map<std::uint64_t, std::vector<double>> paged_speed;
+  // Paging's cost: the paged cache's time over the contiguous one's on the same
+  // shapes (1.00: paging is free; 1.10: paged takes 10% longer).
+  std::map<std::uint64_t, std::vector<double>> paged_cost;
   for (const auto& [key, by_page] : paged_time)
     if (auto c = contiguous_time.find(key); c != contiguous_time.end())
-      for (const auto& [page, t] : by_page) paged_speed[page].push_back(c->second / t);
-  if (!paged_speed.empty()) {
-    out += "\ndecode attention, paged vs contiguous: contiguous time / paged time on the same shapes\n";
-    out += fmt::format("  {:<10} {:>6} {:>8} {:>8} {:>8}\n", "page", "points", "median", "worst", "best");
-    for (const auto& [page, v] : paged_speed)
+      for (const auto& [page, t] : by_page) paged_cost[page].push_back(t / c->second);
+  if (!paged_cost.empty()) {
+    out += "\ndecode attention, paged vs contiguous: paged time / contiguous time on the same shapes\n";
+    out += fmt::format("  {:<10} {:>6} {:>8} {:>8} {:>8}\n", "page", "points", "median", "best", "worst");
+    for (const auto& [page, v] : paged_cost)
       out += fmt::format("  {:<10} {:>6} {:>8.2f} {:>8.2f} {:>8.2f}\n", page, v.size(), median_of(v),
                          *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
   }
