@@ -102,6 +102,7 @@ TEST(Cli, RunBadInputs) {
            {"run --backend=cpu --ops nothing", "unknown group 'nothing'"},
            {"run --backend=cpu --cache lukewarm", "--cache must be cold or hot"},
            {"run --backend=cpu --ops kv_append --append-batches 1 --out /proc/nope/r.json", "cannot create the results folder"},
+           {"overhead --backend=cpu --rounds 0", "--reps and --rounds must be at least 1"},
        }) {
     const auto r = run(c.args);
     EXPECT_NE(r.status, 0) << c.args;
