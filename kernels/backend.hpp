@@ -137,6 +137,10 @@ class Backend {
   // not supported by the kernel), or nothing if it can.
   virtual std::optional<std::string> cannot_run(const OpRequest& r) const = 0;
   virtual std::unique_ptr<PreparedOp> prepare(const OpRequest& r) = 0;
+  // Why this backend cannot time anything (the CUDA backend built over the
+  // functional emulation, kernels/cuda_emu), or nothing. Such a backend still
+  // prepares, runs and verifies operations.
+  virtual std::optional<std::string> cannot_time() const { return std::nullopt; }
   // One sample: flush (when cold) outside the region, then time the region.
   virtual Sample time(PreparedOp& op, const TimingOptions& opts) = 0;
   // Wait for all work the backend enqueued (a no-op on synchronous backends).

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "backend.hpp"
 #include "cuda/ceilings.hpp"
@@ -186,7 +187,13 @@ class CudaBackend final : public Backend {
     return all;
   }
 
+  std::optional<std::string> cannot_time() const override {
+    if (functional_emulation()) return std::string(kEmulationCannotTime);
+    return std::nullopt;
+  }
+
   void measure_ceilings(const std::vector<DType>& dtypes) override {
+    if (auto why = cannot_time()) throw std::logic_error("measure_ceilings: " + *why);
     // Once per process: bandwidth once, each dtype's GEMM once.
     if (!bandwidth_measured_) {
       measure_bandwidth(ctx_, facts_, measured_);
@@ -201,7 +208,7 @@ class CudaBackend final : public Backend {
   }
 
   std::optional<double> remeasure_read_bandwidth() override {
-    if (!bandwidth_measured_) return std::nullopt;
+    if (!bandwidth_measured_ || cannot_time()) return std::nullopt;
     Ceilings again;
     measure_bandwidth(ctx_, facts_, again);  // the read kernel's figure comes first
     if (again.bandwidth().empty()) return std::nullopt;
@@ -292,6 +299,7 @@ class CudaBackend final : public Backend {
   // >= 200 us, at most 1000), and the sample is the graph's time / N. A hot
   // sample starts behind a 50 us hold kernel, so no launch latency is timed.
   Sample time(PreparedOp& op_in, const TimingOptions& opts) override {
+    if (auto why = cannot_time()) throw std::logic_error("time: " + *why);
     auto& op = as_timed(op_in);
     if (!op.calibrated) calibrate(op);
     if (!opts.cold_cache && op.short_launch && !op.graph_tried) capture_graph(op);
@@ -459,7 +467,8 @@ class CudaBackend final : public Backend {
     char bus[32] = {};
     PB_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, d));
     pci_bus_id_ = bus;
-    nvml_ = std::make_unique<NvmlClocks>(pci_bus_id_);
+    nvml_ = functional_emulation() ? NvmlClocks::unavailable("the functional CUDA emulation has no NVML device")
+                                   : std::make_unique<NvmlClocks>(pci_bus_id_);
   }
 
   void describe_device() {
@@ -488,6 +497,7 @@ class CudaBackend final : public Backend {
     j["cublaslt_version"] = cublasLtGetVersion();
     j["cublaslt_workspace_bytes"] = kWorkspaceBytes;
     j["clocks"] = nvml_->available() ? "NVML (libnvidia-ml.so.1)" : nvml_->why_unavailable();
+    if (functional_emulation()) j["functional_emulation"] = kEmulationCannotTime;
     try {
       info_.spec = GpuTable::load().match_driver_name(info_.name);
     } catch (const std::exception& e) {

@@ -10,6 +10,14 @@
 
 namespace phasebench::cuda {
 
+bool functional_emulation() {
+#if defined(PHASEBENCH_CUDA_EMU)
+  return true;
+#else
+  return false;
+#endif
+}
+
 void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line) {
   // A failed runtime call also leaves its error as the thread's last error; clear
   // it (non-sticky errors only; sticky ones stay), or the next launch check

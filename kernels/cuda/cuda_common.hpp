@@ -17,6 +17,14 @@
 
 namespace phasebench::cuda {
 
+// True in the build over the functional CUDA emulation (kernels/cuda_emu, the
+// emulated GPU tests and phasebench-emu): kernels run on the CPU for
+// correctness, and nothing may be timed or calibrated.
+bool functional_emulation();
+inline constexpr const char* kEmulationCannotTime =
+    "this program runs the CUDA kernels on the functional CUDA emulation (pb_emu): it checks their results on the "
+    "CPU and never times anything";
+
 // Throws std::runtime_error("<call> failed at file:line: <error string>").
 void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line);
 void throw_cublas_error(cublasStatus_t s, const char* call, const char* file, int line);

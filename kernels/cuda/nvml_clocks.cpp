@@ -72,6 +72,12 @@ NvmlClocks::NvmlClocks(const std::string& pci_bus_id) {
   device_ = dev;
 }
 
+std::unique_ptr<NvmlClocks> NvmlClocks::unavailable(const std::string& why) {
+  std::unique_ptr<NvmlClocks> n(new NvmlClocks());
+  n->why_ = "clocks unavailable: " + why;
+  return n;
+}
+
 NvmlClocks::~NvmlClocks() {
   if (lib_) {
     if (device_ && shutdown_) shutdown_();

@@ -5,6 +5,7 @@
 // start on a machine without a driver. When it is missing the readings say
 // "clocks unavailable" and nothing else changes. No CUDA types here.
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,8 @@ class NvmlClocks {
   // `pci_bus_id` as cudaDeviceGetPCIBusId writes it, so the NVML device is the
   // CUDA device even when CUDA_VISIBLE_DEVICES renumbers devices.
   explicit NvmlClocks(const std::string& pci_bus_id);
+  // No NVML at all (the functional emulation has no device for it to read), and why.
+  static std::unique_ptr<NvmlClocks> unavailable(const std::string& why);
   ~NvmlClocks();
   NvmlClocks(const NvmlClocks&) = delete;
   NvmlClocks& operator=(const NvmlClocks&) = delete;
@@ -41,6 +44,7 @@ class NvmlClocks {
   static nlohmann::json to_json(const ClockReading& r);
 
  private:
+  NvmlClocks() = default;
   void* lib_ = nullptr;
   void* device_ = nullptr;  // nvmlDevice_t
   std::string why_;

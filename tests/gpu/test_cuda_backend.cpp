@@ -1,6 +1,8 @@
 // The CUDA backend through the seam: device description, cuBLASLt linear
 // layers against the CPU reference, refusals, ceilings within sane bounds,
-// timing/profile/clock smoke tests. Skips where no GPU is present.
+// timing/profile/clock smoke tests. Skips where no GPU is present. Under the
+// functional emulation the ceiling and timing tests are left out (they measure
+// real hardware) and the backend's refusal to time is tested instead.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -135,6 +137,7 @@ TEST_F(CudaBackendTest, RefusesWithReasons) {
   EXPECT_FALSE(backend().implements(OpKind::elementwise, DType::bf16, Impl::own));
 }
 
+#if !PHASEBENCH_CUDA_EMU  // these two measure the hardware: a real GPU only
 TEST_F(CudaBackendTest, MeasuredCeilingsAreSane) {
   backend().measure_ceilings({DType::bf16});
   const Ceilings c = backend().ceilings();
@@ -195,6 +198,30 @@ TEST_F(CudaBackendTest, TimesProfilesAndReadsClocks) {
   // The flag resets on reading; whether the GPU throttled is not asserted.
   (void)backend().throttled_since_last_check();
 }
+#else
+TEST_F(CudaBackendTest, TheEmulationVerifiesButNeverTimes) {
+  auto op = backend().prepare(linear_request(DType::bf16, Impl::blas, 64, 64, 64));
+  EXPECT_NO_THROW(op->verify());
+  ASSERT_TRUE(backend().cannot_time().has_value());
+  EXPECT_NE(backend().cannot_time()->find("never times"), std::string::npos) << *backend().cannot_time();
+  EXPECT_THROW(backend().time(*op, TimingOptions{true, "test/linear"}), std::logic_error);
+  EXPECT_THROW(backend().measure_ceilings({DType::bf16}), std::logic_error);
+  EXPECT_FALSE(backend().remeasure_read_bandwidth().has_value());
+  // No NVML under the emulation, and the device says what it is.
+  EXPECT_TRUE(backend().clocks().contains("error")) << backend().clocks().dump();
+  EXPECT_NE(backend().device().name.find("emulation"), std::string::npos) << backend().device().name;
+  EXPECT_TRUE(backend().device().details.contains("functional_emulation"));
+  // cudaEventElapsedTime has no time to give.
+  cudaEvent_t a = nullptr, b = nullptr;
+  ASSERT_EQ(cudaEventCreate(&a), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&b), cudaSuccess);
+  float ms = 1;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, a, b), cudaErrorNotSupported);
+  cudaGetLastError();
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+}
+#endif
 
 }  // namespace
 }  // namespace phasebench

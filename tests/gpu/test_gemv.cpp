@@ -1,7 +1,8 @@
 // Our decode GEMV (kernels/cuda/decode_gemv.cu) against the CPU reference:
 // every batch 1..16 in bf16 and fp16, shapes with tails in N and K, repeated
 // calls (the split-K scratch must come back to zero), refusals, and a
-// corrupted output that verification must catch. Skips where no GPU is present.
+// corrupted output that verification must catch. Skips where no GPU is present;
+// runs under the functional emulation too (label emu).
 #include <gtest/gtest.h>
 
 #include <ostream>
@@ -45,14 +46,6 @@ TEST_P(DecodeGemvEveryBatch, MatchesReferenceWithTails) {
   EXPECT_NO_THROW(op->verify());
 }
 
-// Large enough that verification samples (M*N*K > 2^27) and the stream-K
-// split puts several warps on one row block.
-TEST_P(DecodeGemvEveryBatch, MatchesReferenceOnAModelShape) {
-  const auto c = GetParam();
-  auto op = cuda::make_decode_gemv_op(ctx(), gemv_request(c.dtype, c.M, 4096, 14336, 3 + c.M));
-  EXPECT_NO_THROW(op->verify());
-}
-
 std::vector<GemvCase> every_batch() {
   std::vector<GemvCase> v;
   for (DType t : {DType::bf16, DType::fp16})
@@ -60,10 +53,33 @@ std::vector<GemvCase> every_batch() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Batches, DecodeGemvEveryBatch, ::testing::ValuesIn(every_batch()),
-                         [](const ::testing::TestParamInfo<GemvCase>& i) {
-                           return std::string(to_string(i.param.dtype)) + "_M" + std::to_string(i.param.M);
-                         });
+std::string case_name(const ::testing::TestParamInfo<GemvCase>& i) {
+  return std::string(to_string(i.param.dtype)) + "_M" + std::to_string(i.param.M);
+}
+
+INSTANTIATE_TEST_SUITE_P(Batches, DecodeGemvEveryBatch, ::testing::ValuesIn(every_batch()), case_name);
+
+class DecodeGemvModelShape : public test::CudaContextTest, public ::testing::WithParamInterface<GemvCase> {};
+
+// Large enough that verification samples (M*N*K > 2^27) and the stream-K
+// split puts several warps on one row block.
+TEST_P(DecodeGemvModelShape, MatchesReference) {
+  const auto c = GetParam();
+  auto op = cuda::make_decode_gemv_op(ctx(), gemv_request(c.dtype, c.M, 4096, 14336, 3 + c.M));
+  EXPECT_NO_THROW(op->verify());
+}
+
+// Every batch on a GPU; under the emulation two (each takes seconds on a CPU,
+// and the tails are covered by DecodeGemvEveryBatch above).
+std::vector<GemvCase> model_shape_batches() {
+#if PHASEBENCH_CUDA_EMU
+  return {{DType::bf16, 16}, {DType::fp16, 3}};
+#else
+  return every_batch();
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(Batches, DecodeGemvModelShape, ::testing::ValuesIn(model_shape_batches()), case_name);
 
 TEST_F(DecodeGemvTest, OddShapes) {
   struct Shape {
@@ -154,6 +170,19 @@ TEST(DecodeGemvBackend, ThroughTheBackendSeam) {
   ASSERT_FALSE(backend->cannot_run(r).has_value());
   auto op = backend->prepare(r);
   EXPECT_NO_THROW(op->verify());
+  auto too_big = gemv_request(DType::bf16, 17, 64, 64);
+  auto reason = backend->cannot_run(too_big);
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_THROW(backend->prepare(too_big), Unsupported);
+}
+
+#if !PHASEBENCH_CUDA_EMU  // not under the emulation: it times (a real GPU only)
+TEST(DecodeGemvBackend, TimesInBothCacheModes) {
+  PB_SKIP_IF_NO_GPU();
+  std::string why;
+  auto backend = make_cuda_backend(&why);
+  ASSERT_TRUE(backend) << why;
+  auto op = backend->prepare(gemv_request(DType::bf16, 8, 4096, 4096));
   // Timing smoke test: both cache modes give a positive time (no speed assertions).
   for (bool cold : {true, false}) {
     const Sample s = backend->time(*op, TimingOptions{cold, "test/decode_gemv"});
@@ -164,11 +193,8 @@ TEST(DecodeGemvBackend, ThroughTheBackendSeam) {
     }
   }
   EXPECT_NO_THROW(op->verify());  // still right after graph replays
-  auto too_big = gemv_request(DType::bf16, 17, 64, 64);
-  auto reason = backend->cannot_run(too_big);
-  ASSERT_TRUE(reason.has_value());
-  EXPECT_THROW(backend->prepare(too_big), Unsupported);
 }
+#endif
 
 }  // namespace
 }  // namespace phasebench
