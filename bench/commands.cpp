@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <regex>
 
 #include "backend.hpp"
 #include "fixture.hpp"
@@ -25,6 +24,7 @@
 #include "overhead.hpp"
 #include "summary.hpp"
 #include "sweep.hpp"
+#include "verify.hpp"
 
 namespace phasebench {
 
@@ -64,6 +64,14 @@ bool has_flag(int argc, char** argv, const char* prefix) {
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
   return false;
+}
+
+// The --benchmark_filter value (Google Benchmark's syntax), or "" for all.
+std::string benchmark_filter(int argc, char** argv) {
+  std::string filter;
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--benchmark_filter=", 19) == 0) filter = argv[i] + 19;
+  return filter;
 }
 
 std::string source_root() {
@@ -110,7 +118,8 @@ int cmd_run(int argc, char** argv) {
               ceiling = "measured";
   std::vector<std::string> shapes;
   std::uint64_t page_size = 16, append_context = 0;
-  bool no_calibrate = false, profile = false, no_blas = false, no_summary = false, no_paired_read = false;
+  bool no_calibrate = false, profile = false, no_blas = false, no_summary = false, no_paired_read = false,
+       verify_only = false;
   app.add_option("--backend", backend_name, "auto, cuda or cpu")->envname("PHASEBENCH_BACKEND");
   app.add_option("--model", models,
                  "short names or config.json paths, comma-separated (default llama-3.1-8b; on a GPU the attention "
@@ -139,6 +148,9 @@ int cmd_run(int argc, char** argv) {
                "no streaming read before each sample of memory-bound points of >= 4x LLC (CPU backend; cold cache)");
   app.add_flag("--no-blas", no_blas, "omit the vendor-library comparison rows next to our own kernels");
   app.add_flag("--profile", profile, "run each selected point once between profiler start/stop, no statistics");
+  app.add_flag("--verify-only", verify_only,
+               "prepare every selected point and check it against its reference; time nothing, write no results file "
+               "(exit 1 when a result is wrong)");
   app.add_flag("--no-summary", no_summary, "do not print the summary");
   try {
     app.parse(gb_argc, args.data());
@@ -186,15 +198,15 @@ int cmd_run(int argc, char** argv) {
     BenchContext ctx(*backend, ropts);
     register_points(ctx, points);
 
+    if (verify_only) {
+      const auto c = verify_points(*backend, select_points(points, benchmark_filter(argc, argv)), std::cout);
+      return c.wrong + c.errors > 0 ? 1 : 0;
+    }
     if (profile) {
       // One run per selected point, inside its NVTX range, between profiler start/stop.
-      std::string filter = ".";
-      for (int i = 1; i < argc; ++i)
-        if (std::strncmp(argv[i], "--benchmark_filter=", 19) == 0) filter = argv[i] + 19;
-      const std::regex re(filter);
       int n = 0;
-      for (const auto& p : points) {
-        if (!std::regex_search(p.name, re)) continue;
+      for (const Point* pp : select_points(points, benchmark_filter(argc, argv))) {
+        const Point& p = *pp;
         if (auto why_not = backend->cannot_run(p.request)) {
           std::cerr << "phasebench: skip " << p.name << ": " << *why_not << "\n";
           continue;
@@ -209,6 +221,8 @@ int cmd_run(int argc, char** argv) {
       return 0;
     }
 
+    if (auto no = backend->cannot_time())
+      throw InputError(*no + "; use --verify-only to check every point's result, or --backend=cpu to measure the CPU");
     const std::string path = out.empty() ? default_results_path(source_root(), backend->device().slug) : out;
     nlohmann::json pctx;
     pctx["backend"] = backend->device().backend;
@@ -380,6 +394,7 @@ int cmd_overhead(int argc, char** argv) {
     std::string why;
     auto backend = make_backend(backend_name, &why);
     std::cerr << "phasebench: " << why << "\n";
+    if (auto no = backend->cannot_time()) throw InputError("overhead: " + *no);
     const bool gpu = backend->device().backend != "cpu";
     OpRequest r;
     r.kind = OpKind::linear;
