@@ -567,9 +567,11 @@ class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
         const std::vector<float> got(o.begin() + static_cast<std::ptrdiff_t>(i * D),
                                      o.begin() + static_cast<std::ptrdiff_t>((i + 1) * D));
         const std::vector<double> want(ref.begin(), ref.end());
-        reference::check_close(got, want, tol,
-                               shape() + ", batch " + std::to_string(b) + ", query head " + std::to_string(hq) +
-                                   ", row " + std::to_string(i) + " (elements are head_dim indices)");
+        // atol scaled by the row's RMS: late rows average many keys and are small,
+        // so a fixed atol would accept a kernel that drops a whole key tile.
+        reference::check_rows_close(got, want, D, tol,
+                                    shape() + ", batch " + std::to_string(b) + ", query head " + std::to_string(hq) +
+                                        ", row " + std::to_string(i) + " (elements are head_dim indices)");
       }
     }
   }

@@ -255,3 +255,41 @@ TEST(Reference, RowCheckCatchesOneMissingTokenAtLongContext) {
         << to_string(t);
   }
 }
+
+// The same for prefill attention: the last row of a 4096-token prompt computed
+// without one 64-key tile (what a flash kernel that skips a tile would give)
+// fails the row check, where bf16's fixed atol accepted it.
+TEST(Reference, RowCheckCatchesADroppedKeyTileInPrefill) {
+  const std::size_t S = 4096, D = 128, row = S - 1, tile = 64;
+  std::vector<float> q(D), k(S * D), v(S * D);
+  for (std::size_t i = 0; i < D; ++i) q[i] = numeric::random_value(4, i, 1.0f);
+  for (std::size_t i = 0; i < S * D; ++i) {
+    k[i] = numeric::random_value(5, i, 1.0f);
+    v[i] = numeric::random_value(6, i, 1.0f);
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> full(D), dropped(D);
+  reference::prefill_attention_row(
+      q.data(), row, D, scale, [&](std::size_t l) { return k.data() + l * D; },
+      [&](std::size_t l) { return v.data() + l * D; }, full.data());
+  // Keys 0..row without [tile, 2*tile).
+  auto skip = [&](std::size_t l) { return l < tile ? l : l + tile; };
+  reference::decode_attention_head(
+      q.data(), row + 1 - tile, D, scale, [&](std::size_t l) { return k.data() + skip(l) * D; },
+      [&](std::size_t l) { return v.data() + skip(l) * D; }, dropped.data());
+  const std::vector<double> want(full.begin(), full.end());
+  for (DType t : {DType::bf16, DType::fp16}) {
+    auto rounded = [&](std::vector<float> x) {
+      for (float& e : x) e = reference::round_to(e, t);
+      return x;
+    };
+    const auto tol = reference::tolerance_for(t);
+    EXPECT_NO_THROW(reference::check_rows_close(rounded(full), want, D, tol, "right")) << to_string(t);
+    EXPECT_THROW(reference::check_rows_close(rounded(dropped), want, D, tol, "dropped tile"), VerificationError)
+        << to_string(t);
+    if (t == DType::bf16) {  // the hole the row check closes: bf16's fixed atol (8e-3) is wider than these outputs
+      EXPECT_NO_THROW(reference::check_close(rounded(dropped), want, tol, "dropped tile, fixed atol"))
+          << "the fixed tolerance this test documents no longer accepts a dropped tile";
+    }
+  }
+}
