@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""cu2emu: rewrites a CUDA source file into host C++ for pb_emu, mechanically.
+
+Usage: cu2emu.py INPUT.cu OUTPUT.cpp
+
+Only what a host compiler cannot take is rewritten, and line numbers are kept
+(`#line` names the original file), so diagnostics, sanitizer reports and
+emulator messages point at the .cu source:
+
+  kernel<<<g, b, s, st>>>(args)
+      -> ::pb_emu::LaunchConfig(g, b, s, st).launch("kernel", [](auto&&... a) { kernel(a...); })(args)
+  __shared__ [__align__(N)] T name[d1][d2];   -> PB_EMU_SHARED(T, name, [d1][d2], N);
+  extern __shared__ [__align__(N)] T name[];  -> PB_EMU_DYNAMIC_SMEM(T, name, N);
+  the first statement of every __global__ function
+      -> PB_EMU_KERNEL_ENTRY("kernel", &kernel<template args>, launch-bounds threads);
+  reinterpret_cast<void*>(&kernel<...>)       -> ::pb_emu::kernel_handle(&kernel<...>)
+  asm [volatile]("op.q1.q2 {%0, %1}, [%2];" : outs : ins [: clobbers])
+      -> ::pb_emu::ptx::op_q1_q2(operands in the order the template names them)
+         (special registers such as %%globaltimer are appended: mov_u64__globaltimer)
+
+Anything it cannot rewrite safely (a multi-instruction asm block, several
+__shared__ declarators in one statement) stops the build with the file and line.
+"""
+import re
+import sys
+
+
+class RewriteError(Exception):
+    pass
+
+
+def mask_source(src):
+    """The source with comments and string/char literal contents blanked (same length),
+    so that searches never match inside them."""
+    out = list(src)
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith('//', i):
+            j = src.find('\n', i)
+            j = n if j < 0 else j
+            for k in range(i, j):
+                out[k] = ' '
+            i = j
+        elif src.startswith('/*', i):
+            j = src.find('*/', i + 2)
+            j = n if j < 0 else j + 2
+            for k in range(i, j):
+                if out[k] != '\n':
+                    out[k] = ' '
+            i = j
+        elif c in '"\'':
+            j = i + 1
+            while j < n and src[j] != c:
+                j += 2 if src[j] == '\\' else 1
+            for k in range(i + 1, min(j, n)):
+                if out[k] != '\n':
+                    out[k] = ' '
+            i = j + 1
+        else:
+            i += 1
+    return ''.join(out)
+
+
+def line_of(src, pos):
+    return src.count('\n', 0, pos) + 1
+
+
+def match_forward(mask, i, open_ch, close_ch):
+    """Index just past the bracket closing the one at mask[i]."""
+    assert mask[i] == open_ch
+    depth = 0
+    for j in range(i, len(mask)):
+        if mask[j] == open_ch:
+            depth += 1
+        elif mask[j] == close_ch:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    raise RewriteError('unbalanced %s' % open_ch)
+
+
+def match_angle_backward(mask, i):
+    """mask[i] is '>' closing a template argument list: the index of its '<'
+    (parentheses inside the list are skipped)."""
+    depth, paren = 0, 0
+    for j in range(i, -1, -1):
+        c = mask[j]
+        if c == ')':
+            paren += 1
+        elif c == '(':
+            paren -= 1
+        elif paren == 0 and c == '>':
+            depth += 1
+        elif paren == 0 and c == '<':
+            depth -= 1
+            if depth == 0:
+                return j
+    raise RewriteError('unbalanced template argument list')
+
+
+def split_top(text, sep):
+    """Split at `sep` outside brackets and string literals."""
+    parts, depth, cur, quote = [], 0, '', None
+    for ch in text:
+        if quote:
+            cur += ch
+            if ch == quote:
+                quote = None
+            continue
+        if ch in '"\'':
+            quote = ch
+        elif ch in '([{<':
+            depth += 1
+        elif ch in ')]}>':
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(cur)
+            cur = ''
+            continue
+        cur += ch
+    parts.append(cur)
+    return parts
+
+
+def keep_lines(original, replacement):
+    """The replacement, padded with the newlines the original spanned."""
+    missing = original.count('\n') - replacement.count('\n')
+    if missing < 0:
+        raise RewriteError('a rewrite would add lines')
+    return replacement + '\n' * missing
+
+
+IDENT_TAIL = re.compile(r'[A-Za-z_][\w]*(?:::[A-Za-z_]\w*)*$')
+
+
+def callee_before(mask, end):
+    """The expression naming the kernel that ends just before `end` (skipping blanks):
+    an identifier, possibly qualified, possibly with template arguments."""
+    j = end
+    while j > 0 and mask[j - 1].isspace():
+        j -= 1
+    stop = j
+    if mask[j - 1] == '>':
+        j = match_angle_backward(mask, j - 1)
+    m = IDENT_TAIL.search(mask[:j])
+    if not m:
+        raise RewriteError('cannot find the kernel name of a <<<...>>> launch')
+    return m.start(), stop, m.group(0).split('::')[-1]
+
+
+def template_args_before(mask, src, gpos):
+    """For a __global__ at gpos: '<A, B>' when a template header precedes it, else ''."""
+    j = gpos
+    while j > 0 and mask[j - 1].isspace():
+        j -= 1
+    if j == 0 or mask[j - 1] != '>':
+        return ''
+    lt = match_angle_backward(mask, j - 1)
+    head = mask[:lt].rstrip()
+    if not head.endswith('template'):
+        return ''
+    names = []
+    for param in split_top(src[lt + 1:j - 1], ','):
+        param = param.split('=')[0].strip()
+        if not param:
+            continue
+        pack = '...' in param
+        m = re.search(r'([A-Za-z_]\w*)\s*$', param.replace('...', ' '))
+        if not m:
+            raise RewriteError('cannot read template parameter %r' % param)
+        names.append(m.group(1) + ('...' if pack else ''))
+    return '<' + ', '.join(names) + '>'
+
+
+def rewrite(src, path):
+    mask = mask_source(src)
+    edits = []  # (start, end, replacement)
+
+    # Kernels: entry statement, and their names (for kernel handles).
+    kernels = set()
+    for m in re.finditer(r'\b__global__\b', mask):
+        i = m.end()
+        rest = mask[i:]
+        mv = re.match(r'\s*void\s+', rest)
+        if not mv:
+            continue
+        i += mv.end()
+        bound = '0'
+        mb = re.match(r'__launch_bounds__\s*\(', mask[i:])
+        if mb:
+            close = match_forward(mask, i + mb.end() - 1, '(', ')')
+            bound = split_top(src[i + mb.end():close - 1], ',')[0].strip()
+            i = close
+            while mask[i].isspace():
+                i += 1
+        mn = re.match(r'([A-Za-z_]\w*)\s*\(', mask[i:])
+        if not mn:
+            raise RewriteError('%s:%d: cannot read the kernel name after __global__' % (path, line_of(src, m.start())))
+        name = mn.group(1)
+        kernels.add(name)
+        close = match_forward(mask, i + mn.end() - 1, '(', ')')
+        k = close
+        while k < len(mask) and mask[k].isspace():
+            k += 1
+        if k >= len(mask) or mask[k] != '{':
+            continue  # a declaration
+        targs = template_args_before(mask, src, m.start())
+        edits.append((k + 1, k + 1, ' PB_EMU_KERNEL_ENTRY("%s", (&%s%s), (%s));' % (name, name, targs, bound)))
+
+    # Launches.
+    for m in re.finditer(r'<<<', mask):
+        start, _, name = callee_before(mask, m.start())
+        cfg_end = mask.find('>>>', m.end())
+        if cfg_end < 0:
+            raise RewriteError('%s:%d: <<< without >>>' % (path, line_of(src, m.start())))
+        callee = src[start:m.start()].strip()
+        config = src[m.end():cfg_end].strip()
+        replacement = '::pb_emu::LaunchConfig(%s).launch("%s", [](auto&&... pb_emu_a) { %s(pb_emu_a...); })' % (
+            config, name, ' '.join(callee.split()))
+        edits.append((start, cfg_end + 3, keep_lines(src[start:cfg_end + 3], replacement)))
+
+    # Shared memory.
+    for m in re.finditer(r'\b__shared__\b', mask):
+        decl_start = m.start()
+        before = mask[:decl_start].rstrip()
+        dynamic = before.endswith('extern')
+        if dynamic:
+            decl_start = len(before) - len('extern')
+        end = mask.find(';', m.end())
+        decl = src[m.end():end]
+        align = None
+        ma = re.search(r'__align__\s*\(\s*([^)]*?)\s*\)', decl)
+        if ma:
+            align = ma.group(1)
+            decl = decl[:ma.start()] + decl[ma.end():]
+        if len(split_top(decl, ',')) > 1 or '=' in decl:
+            raise RewriteError('%s:%d: one __shared__ declarator per statement, without an initialiser' % (
+                path, line_of(src, m.start())))
+        md = re.match(r'\s*(.+?)\s+([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*)$', decl, re.S)
+        if not md:
+            raise RewriteError('%s:%d: cannot read the __shared__ declaration' % (path, line_of(src, m.start())))
+        typ, name, dims = ' '.join(md.group(1).split()), md.group(2), ''.join(md.group(3).split())
+        if align is None:
+            align = 'alignof(%s)' % typ
+        if dynamic:
+            if dims != '[]':
+                raise RewriteError('%s:%d: extern __shared__ must be an unsized array' % (path, line_of(src, m.start())))
+            replacement = 'PB_EMU_DYNAMIC_SMEM(%s, %s, %s);' % (typ, name, align)
+        else:
+            replacement = 'PB_EMU_SHARED(%s, %s, %s, %s);' % (typ, name, dims, align)
+        edits.append((decl_start, end + 1, keep_lines(src[decl_start:end + 1], replacement)))
+
+    # Kernel addresses.
+    for m in re.finditer(r'reinterpret_cast\s*<\s*(?:const\s+)?void\s*\*\s*>\s*\(', mask):
+        close = match_forward(mask, m.end() - 1, '(', ')')
+        inner = src[m.end():close - 1].strip()
+        base = re.match(r'&?\s*([A-Za-z_]\w*)', inner)
+        if base and base.group(1) in kernels:
+            edits.append((m.start(), close, keep_lines(src[m.start():close], '::pb_emu::kernel_handle(%s)' % inner)))
+
+    # Inline PTX.
+    for m in re.finditer(r'\b(?:asm|__asm__)\b(\s+(?:volatile|__volatile__))?\s*\(', mask):
+        close = match_forward(mask, m.end() - 1, '(', ')')
+        body = src[m.end():close - 1]
+        parts = split_top(body, ':')
+        template = ''.join(re.findall(r'"((?:[^"\\]|\\.)*)"', parts[0])).strip()
+        instr = template.rstrip().rstrip(';').strip()
+        if ';' in instr or '\n' in instr.replace('\\n', '\n'):
+            raise RewriteError('%s:%d: asm with more than one instruction; keep inline PTX to one instruction per '
+                               'named helper' % (path, line_of(src, m.start())))
+        operands = []
+        for section in parts[1:3]:
+            for op in split_top(section, ','):
+                op = op.strip()
+                if op:
+                    operands.append(re.sub(r'^"[^"]*"\s*', '', op).strip())
+        opcode = instr.split()[0]
+        specials = re.findall(r'%%(\w+)', instr)
+        fn = re.sub(r'[^0-9A-Za-z]', '_', opcode) + ''.join('__' + s for s in specials)
+        try:
+            args = [operands[int(k)] for k in re.findall(r'(?<!%)%(\d+)', instr)]
+        except IndexError:
+            raise RewriteError('%s:%d: asm names an operand it does not have' % (path, line_of(src, m.start())))
+        edits.append((m.start(), close, keep_lines(src[m.start():close], '::pb_emu::ptx::%s(%s)' % (fn, ', '.join(args)))))
+
+    edits.sort(key=lambda e: e[0])
+    for a, b in zip(edits, edits[1:]):
+        if b[0] < a[1]:
+            raise RewriteError('%s:%d: overlapping rewrites' % (path, line_of(src, b[0])))
+    out = src
+    for start, end, rep in reversed(edits):
+        out = out[:start] + rep + out[end:]
+    assert out.count('\n') == src.count('\n'), 'line count changed'
+    return '#line 1 "%s"\n' % path + out
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.stderr.write('usage: cu2emu.py INPUT.cu OUTPUT.cpp\n')
+        return 2
+    path, out_path = sys.argv[1], sys.argv[2]
+    with open(path) as f:
+        src = f.read()
+    try:
+        out = rewrite(src, path)
+    except RewriteError as e:
+        sys.stderr.write('cu2emu: %s\n' % e)
+        return 1
+    with open(out_path, 'w') as f:
+        f.write(out)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

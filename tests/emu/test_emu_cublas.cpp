@@ -1,0 +1,1011 @@
+// Tests of pb_emu's cuBLAS and cuBLASLt (kernels/cuda_emu/cublas.cpp): results against
+// hand loops for the types and layouts phasebench uses, every argument check's status
+// and message, and stream ordering (work runs when its stream is waited for; graphs replay it).
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/numeric.hpp"
+
+namespace {
+
+namespace num = phasebench::numeric;
+
+std::size_t type_size(cudaDataType t) {
+  switch (t) {
+    case CUDA_R_32F: return 4;
+    case CUDA_R_16F:
+    case CUDA_R_16BF: return 2;
+    default: return 1;
+  }
+}
+
+// One element of type `t` at `p`, as float.
+float load(const unsigned char* p, cudaDataType t) {
+  std::uint16_t h = 0;
+  float f = 0;
+  switch (t) {
+    case CUDA_R_32F: std::memcpy(&f, p, 4); return f;
+    case CUDA_R_16F: std::memcpy(&h, p, 2); return num::fp16_to_float(h);
+    case CUDA_R_16BF: std::memcpy(&h, p, 2); return num::bf16_to_float(h);
+    default: return num::fp8e4m3_to_float(*p);
+  }
+}
+void save(unsigned char* p, cudaDataType t, float v) {
+  std::uint16_t h = 0;
+  switch (t) {
+    case CUDA_R_32F: std::memcpy(p, &v, 4); return;
+    case CUDA_R_16F: h = num::float_to_fp16(v); std::memcpy(p, &h, 2); return;
+    case CUDA_R_16BF: h = num::float_to_bf16(v); std::memcpy(p, &h, 2); return;
+    default: *p = num::float_to_fp8e4m3(v); return;
+  }
+}
+float quantize(float v, cudaDataType t) {
+  unsigned char b[4];
+  save(b, t, v);
+  return load(b, t);
+}
+
+// A batch of column-major matrices as stored on the device: its logical values,
+// and the bytes (exactly as many as the last element needs, so that an
+// over-read is an error), with `pad` between columns and between matrices.
+struct Stored {
+  cudaDataType type = CUDA_R_32F;
+  std::int64_t rows = 0, cols = 0, ld = 0, stride = 0;
+  int batch = 1;
+  std::vector<float> v;  // (b, r, c) at (b * cols + c) * rows + r
+
+  Stored(cudaDataType t, std::int64_t r, std::int64_t c, std::int64_t ld_, int batch_ = 1, std::int64_t stride_ = -1)
+      : type(t), rows(r), cols(c), ld(ld_), stride(stride_ < 0 ? ld_ * c : stride_), batch(batch_),
+        v(static_cast<std::size_t>(r * c * batch_)) {}
+  float& at(int b, std::int64_t r, std::int64_t c) { return v[static_cast<std::size_t>((b * cols + c) * rows + r)]; }
+  float at(int b, std::int64_t r, std::int64_t c) const { return v[static_cast<std::size_t>((b * cols + c) * rows + r)]; }
+  std::size_t offset(int b, std::int64_t r, std::int64_t c) const {
+    return static_cast<std::size_t>(b * stride + c * ld + r) * type_size(type);
+  }
+  std::size_t bytes() const {
+    return rows == 0 || cols == 0 ? 0 : offset(batch - 1, rows - 1, cols - 1) + type_size(type);
+  }
+  // Random values, rounded to the type (`integers`: small integers, which every
+  // product and sum here represents exactly).
+  void fill(std::uint64_t seed, bool integers, float scale = 1.0f) {
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const float x = integers ? static_cast<float>(static_cast<int>(num::mix64(seed * 7919 + i) % 9) - 4)
+                               : num::random_value(seed, i, scale);
+      v[i] = quantize(x, type);
+    }
+    if (stride == 0)  // one matrix in memory, every batch's
+      for (std::size_t i = static_cast<std::size_t>(rows * cols); i < v.size(); ++i)
+        v[i] = v[i % static_cast<std::size_t>(rows * cols)];
+  }
+  std::vector<unsigned char> encode(float pad) const {
+    std::vector<unsigned char> out(bytes());
+    for (std::size_t i = 0; i < out.size(); i += type_size(type)) save(out.data() + i, type, pad);
+    for (int b = 0; b < batch; ++b)
+      for (std::int64_t c = 0; c < cols; ++c)
+        for (std::int64_t r = 0; r < rows; ++r) save(out.data() + offset(b, r, c), type, at(b, r, c));
+    return out;
+  }
+  float read(const unsigned char* base, int b, std::int64_t r, std::int64_t c) const {
+    return load(base + offset(b, r, c), type);
+  }
+};
+
+// Device memory for a test, freed at the end of the scope.
+struct Dev {
+  void* p = nullptr;
+  std::size_t n = 0;
+  explicit Dev(std::size_t bytes) : n(bytes) { EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess); }
+  Dev(const Stored& s, float pad) : Dev(s.bytes()) { upload(s.encode(pad)); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  void upload(const std::vector<unsigned char>& h) {
+    ASSERT_EQ(h.size(), n);
+    ASSERT_EQ(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<unsigned char> download() const {
+    std::vector<unsigned char> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, n, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+  // The emulation's device memory is host memory: what a kernel would see now,
+  // without the synchronisation a copy implies.
+  std::vector<unsigned char> peek() const {
+    const auto* b = static_cast<const unsigned char*>(p);
+    return std::vector<unsigned char>(b, b + n);
+  }
+};
+
+// D = alpha op(A) op(B) + beta C in double, with the fp8 scales.
+std::vector<double> reference(const Stored& A, bool ta, const Stored& B, bool tb, const Stored* C, double alpha,
+                              double beta, std::int64_t m, std::int64_t n, std::int64_t k, int batch) {
+  std::vector<double> out(static_cast<std::size_t>(m * n * batch));
+  for (int b = 0; b < batch; ++b)
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t i = 0; i < m; ++i) {
+        double s = 0;
+        for (std::int64_t l = 0; l < k; ++l)
+          s += static_cast<double>(ta ? A.at(b, l, i) : A.at(b, i, l)) * (tb ? B.at(b, j, l) : B.at(b, l, j));
+        double r = alpha * s;
+        if (C && beta != 0) r += beta * C->at(b, i, j);
+        out[static_cast<std::size_t>((b * n + j) * m + i)] = r;
+      }
+  return out;
+}
+
+std::string last_message(cublasStatus_t s) { return cublasGetStatusString(s); }
+
+// ---- cuBLASLt harness -------------------------------------------------------------
+
+struct LtHandle {
+  cublasLtHandle_t h = nullptr;
+  LtHandle() { EXPECT_EQ(cublasLtCreate(&h), CUBLAS_STATUS_SUCCESS); }
+  ~LtHandle() { cublasLtDestroy(h); }
+};
+
+cublasLtMatrixLayout_t make_layout(const Stored& s) {
+  cublasLtMatrixLayout_t l = nullptr;
+  EXPECT_EQ(cublasLtMatrixLayoutCreate(&l, s.type, static_cast<std::uint64_t>(s.rows),
+                                       static_cast<std::uint64_t>(s.cols), s.ld),
+            CUBLAS_STATUS_SUCCESS);
+  if (s.batch > 1) {
+    const std::int32_t count = s.batch;
+    const std::int64_t stride = s.stride;
+    EXPECT_EQ(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+              CUBLAS_STATUS_SUCCESS);
+  }
+  return l;
+}
+
+// A matmul's descriptors (C and D share a layout unless told otherwise).
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+
+  LtDescs(cublasComputeType_t compute, cublasOperation_t ta, cublasOperation_t tb, const Stored& A, const Stored& B,
+          const Stored& C, const Stored& D) {
+    EXPECT_EQ(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), CUBLAS_STATUS_SUCCESS);
+    a = make_layout(A);
+    b = make_layout(B);
+    c = make_layout(C);
+    d = make_layout(D);
+    EXPECT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+    const std::uint64_t ws = 32 << 20;
+    EXPECT_EQ(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+              CUBLAS_STATUS_SUCCESS);
+  }
+  ~LtDescs() {
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(d);
+    cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatmulDescDestroy(op);
+  }
+  LtDescs(const LtDescs&) = delete;
+  LtDescs& operator=(const LtDescs&) = delete;
+
+  cublasStatus_t heuristic(cublasLtHandle_t h, cublasLtMatmulHeuristicResult_t& r, int& found) const {
+    found = -1;
+    return cublasLtMatmulAlgoGetHeuristic(h, op, a, b, c, d, pref, 1, &r, &found);
+  }
+};
+
+// Runs one matmul through heuristic, cublasLtMatmul and a stream sync, and
+// checks D against the double reference, rounded to D's type, within `rel`
+// (relative to the largest term's magnitude) and the padding around D untouched.
+void check_lt(cublasComputeType_t compute, cublasOperation_t ta, cublasOperation_t tb, Stored A, Stored B, Stored D,
+              float alpha, float beta, double rel, std::uint64_t seed) {
+  const bool tA = ta != CUBLAS_OP_N, tB = tb != CUBLAS_OP_N;
+  const std::int64_t m = D.rows, n = D.cols, k = tA ? A.rows : A.cols;
+  A.fill(seed, false);
+  B.fill(seed + 1, false);
+  D.fill(seed + 2, false);  // C = D: beta reads it
+  LtHandle lt;
+  LtDescs descs(compute, ta, tb, A, B, D, D);
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = 0;
+  ASSERT_EQ(descs.heuristic(lt.h, r, found), CUBLAS_STATUS_SUCCESS) << last_message(CUBLAS_STATUS_NOT_SUPPORTED);
+  ASSERT_EQ(found, 1);
+  EXPECT_EQ(r.state, CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(r.workspaceSize, 0u);
+  Dev a(A, NAN), b(B, NAN), d(D, 777.0f);  // NaN padding: reading it would show in D
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const cublasStatus_t st = cublasLtMatmul(lt.h, descs.op, &alpha, a.p, descs.a, b.p, descs.b, &beta, d.p, descs.d, d.p,
+                                           descs.d, &r.algo, nullptr, 0, s);
+  ASSERT_EQ(st, CUBLAS_STATUS_SUCCESS) << last_message(st);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  cudaStreamDestroy(s);
+  const auto got = d.download();
+  const auto ref = reference(A, tA, B, tB, &D, alpha, beta, m, n, k, D.batch);
+  int bad = 0;
+  for (int bi = 0; bi < D.batch; ++bi)
+    for (std::int64_t j = 0; j < n; ++j) {
+      for (std::int64_t i = 0; i < m; ++i) {
+        const double want = ref[static_cast<std::size_t>((bi * n + j) * m + i)];
+        const double tol = rel * (std::fabs(want) + std::sqrt(static_cast<double>(k)) * std::fabs(alpha) +
+                                  std::fabs(beta)) + 1e-6;
+        const float g = D.read(got.data(), bi, i, j);
+        if (!(std::fabs(g - want) <= tol) && ++bad <= 5)
+          ADD_FAILURE() << "D[" << bi << "](" << i << "," << j << ") = " << g << ", want " << want << " +- " << tol;
+      }
+      for (std::int64_t i = m; i < D.ld && (j + 1 < n || bi + 1 < D.batch); ++i)
+        if (D.read(got.data(), bi, i, j) != quantize(777.0f, D.type) && ++bad <= 5)
+          ADD_FAILURE() << "padding of D written at row " << i;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+// ---- results ----------------------------------------------------------------------------
+
+// phasebench's linear layer layout: A = W (K x N stored, TRANSA = T), B = X (K x M), D = Y^T.
+TEST(EmuCublasLt, Bf16TnAsTheLinearLayerCallsIt) {
+  const int M = 24, N = 40, K = 64;
+  check_lt(CUBLAS_COMPUTE_32F, CUBLAS_OP_T, CUBLAS_OP_N, Stored(CUDA_R_16BF, K, N, K), Stored(CUDA_R_16BF, K, M, K),
+           Stored(CUDA_R_16BF, N, M, N), 1.0f, 0.0f, 1.0 / 128, 11);
+}
+
+TEST(EmuCublasLt, Bf16EveryTransposeWithOddLeadingDimensions) {
+  const int m = 13, n = 7, k = 9;
+  for (auto ta : {CUBLAS_OP_N, CUBLAS_OP_T})
+    for (auto tb : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+      SCOPED_TRACE(std::string("transa ") + (ta == CUBLAS_OP_N ? "N" : "T") + ", transb " + (tb == CUBLAS_OP_N ? "N" : "T"));
+      const std::int64_t ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
+      const std::int64_t br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
+      check_lt(CUBLAS_COMPUTE_32F, ta, tb, Stored(CUDA_R_16BF, ar, ac, ar + 3), Stored(CUDA_R_16BF, br, bc, br + 5),
+               Stored(CUDA_R_32F, m, n, m + 1), 0.75f, 0.5f, 1e-5, 21);
+    }
+}
+
+TEST(EmuCublasLt, Fp16ToFp16AndToFp32) {
+  check_lt(CUBLAS_COMPUTE_32F, CUBLAS_OP_T, CUBLAS_OP_N, Stored(CUDA_R_16F, 48, 16, 48), Stored(CUDA_R_16F, 48, 8, 48),
+           Stored(CUDA_R_16F, 16, 8, 16), 1.0f, 0.0f, 1.0 / 1024, 31);
+  check_lt(CUBLAS_COMPUTE_32F, CUBLAS_OP_N, CUBLAS_OP_T, Stored(CUDA_R_16F, 16, 48, 17), Stored(CUDA_R_16F, 8, 48, 9),
+           Stored(CUDA_R_32F, 16, 8, 16), 2.0f, -1.0f, 1e-5, 32);
+}
+
+TEST(EmuCublasLt, Fp32AndTf32) {
+  check_lt(CUBLAS_COMPUTE_32F, CUBLAS_OP_T, CUBLAS_OP_N, Stored(CUDA_R_32F, 40, 12, 40), Stored(CUDA_R_32F, 40, 10, 40),
+           Stored(CUDA_R_32F, 12, 10, 12), 1.0f, 0.0f, 1e-5, 41);
+  // tf32 keeps 10 mantissa bits: the inputs lose up to 2^-11 relative each.
+  check_lt(CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_OP_T, CUBLAS_OP_N, Stored(CUDA_R_32F, 40, 12, 40),
+           Stored(CUDA_R_32F, 40, 10, 40), Stored(CUDA_R_32F, 12, 10, 12), 1.0f, 0.0f, 2.0 / 1024, 42);
+}
+
+TEST(EmuCublasLt, BatchedWithABroadcastOperand) {
+  const int m = 6, n = 5, k = 4, batch = 3;
+  // A's stride 0: every batch multiplies the same A.
+  check_lt(CUBLAS_COMPUTE_32F, CUBLAS_OP_N, CUBLAS_OP_N, Stored(CUDA_R_16BF, m, k, m, batch, 0),
+           Stored(CUDA_R_16BF, k, n, k + 1, batch, (k + 1) * n + 3), Stored(CUDA_R_32F, m, n, m, batch, m * n + 2), 1.0f,
+           0.0f, 1e-5, 51);
+}
+
+// Runs a 1 x 3 x 1 fp32 matmul D = A B with A = 1 and B = `b` under `compute`; returns D.
+std::vector<float> one_by_three(cublasComputeType_t compute, const float (&bv)[3]) {
+  Stored A(CUDA_R_32F, 1, 1, 1), B(CUDA_R_32F, 1, 3, 1), D(CUDA_R_32F, 1, 3, 1);
+  A.v = {1.0f};
+  B.v.assign(bv, bv + 3);
+  LtHandle lt;
+  LtDescs descs(compute, CUBLAS_OP_T, CUBLAS_OP_N, A, B, D, D);
+  Dev a(A, 0), b(B, 0), d(D, 0);
+  const float alpha = 1, beta = 0;
+  EXPECT_EQ(cublasLtMatmul(lt.h, descs.op, &alpha, a.p, descs.a, b.p, descs.b, &beta, d.p, descs.d, d.p, descs.d,
+                           nullptr, nullptr, 0, nullptr),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto h = d.download();
+  std::vector<float> out(3);
+  std::memcpy(out.data(), h.data(), 12);
+  return out;
+}
+
+TEST(EmuCublasLt, Tf32RoundsInputsToNearestEven) {
+  const float u = std::ldexp(1.0f, -11);  // half a tf32 ulp at 1
+  const float b[3] = {1 + u / 2, 1 + u, 1 + 3 * u};
+  const auto fp32 = one_by_three(CUBLAS_COMPUTE_32F, b);
+  EXPECT_EQ(fp32[0], b[0]);
+  EXPECT_EQ(fp32[1], b[1]);
+  EXPECT_EQ(fp32[2], b[2]);
+  const auto tf32 = one_by_three(CUBLAS_COMPUTE_32F_FAST_TF32, b);
+  EXPECT_EQ(tf32[0], 1.0f);          // below half an ulp: down
+  EXPECT_EQ(tf32[1], 1.0f);          // a tie, to the even mantissa (0)
+  EXPECT_EQ(tf32[2], 1.0f + 4 * u);  // a tie between mantissas 1 and 2: to 2
+}
+
+bool has_fp8() {
+  cudaDeviceProp p{};
+  EXPECT_EQ(cudaGetDeviceProperties(&p, 0), cudaSuccess);
+  return p.major * 10 + p.minor >= 89;
+}
+
+// An fp8 (e4m3) TN matmul with per-tensor scales, bf16 out: D = alpha sA sB A^T B.
+struct Fp8Case {
+  int m = 32, n = 16, k = 64;
+  Stored A{CUDA_R_8F_E4M3, 64, 32, 64}, B{CUDA_R_8F_E4M3, 64, 16, 64}, D{CUDA_R_16BF, 32, 16, 32};
+  float sa = 0.5f, sb = 4.0f, alpha = 1.5f, beta = 0.0f;
+  LtHandle lt;
+  std::unique_ptr<LtDescs> descs;
+  std::unique_ptr<Dev> a, b, d, scales;
+  Fp8Case(cublasOperation_t ta = CUBLAS_OP_T, cublasOperation_t tb = CUBLAS_OP_N) {
+    A.fill(61, false, 8.0f);
+    B.fill(62, false, 8.0f);
+    descs = std::make_unique<LtDescs>(CUBLAS_COMPUTE_32F, ta, tb, A, B, D, D);
+    a = std::make_unique<Dev>(A, 0.0f);
+    b = std::make_unique<Dev>(B, 0.0f);
+    d = std::make_unique<Dev>(D, 0.0f);
+    scales = std::make_unique<Dev>(2 * sizeof(float));
+    const float sv[2] = {sa, sb};
+    std::vector<unsigned char> bytes(8);
+    std::memcpy(bytes.data(), sv, 8);
+    scales->upload(bytes);
+    const void* pa = scales->p;
+    const void* pb = static_cast<float*>(scales->p) + 1;
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(descs->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &pa, sizeof pa),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(descs->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &pb, sizeof pb),
+              CUBLAS_STATUS_SUCCESS);
+  }
+  cublasStatus_t matmul(const cublasLtMatmulAlgo_t* algo) {
+    return cublasLtMatmul(lt.h, descs->op, &alpha, a->p, descs->a, b->p, descs->b, &beta, d->p, descs->d, d->p,
+                          descs->d, algo, nullptr, 0, nullptr);
+  }
+};
+
+TEST(EmuCublasLt, Fp8WithScalesMatchesAHandLoop) {
+  if (!has_fp8()) GTEST_SKIP() << "the emulated device has no fp8 (PB_EMU_TARGET below 8.9)";
+  Fp8Case c;
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = 0;
+  ASSERT_EQ(c.descs->heuristic(c.lt.h, r, found), CUBLAS_STATUS_SUCCESS) << last_message(CUBLAS_STATUS_NOT_SUPPORTED);
+  ASSERT_EQ(found, 1);
+  ASSERT_EQ(c.matmul(&r.algo), CUBLAS_STATUS_SUCCESS) << last_message(CUBLAS_STATUS_INVALID_VALUE);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto got = c.d->download();
+  int bad = 0;
+  for (int j = 0; j < c.n; ++j)
+    for (int i = 0; i < c.m; ++i) {
+      double s = 0;
+      for (int l = 0; l < c.k; ++l)
+        s += static_cast<double>(c.A.at(0, l, i)) * c.B.at(0, l, j);  // values already e4m3
+      const double want = s * c.sa * c.sb * c.alpha;
+      const float g = c.D.read(got.data(), 0, i, j);
+      if (!(std::fabs(g - want) <= std::fabs(want) / 128 + 1e-3) && ++bad <= 5)
+        ADD_FAILURE() << "D(" << i << "," << j << ") = " << g << ", want " << want;
+    }
+  EXPECT_EQ(bad, 0);
+  // The scales are applied: with 1s the result differs by sa * sb = 2.
+  EXPECT_NE(c.D.read(got.data(), 0, 0, 0), 0.0f);
+}
+
+TEST(EmuCublasLt, Fp8NeedsComputeCapability89) {
+  Fp8Case c;
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = 0;
+  if (has_fp8()) {
+    EXPECT_EQ(c.descs->heuristic(c.lt.h, r, found), CUBLAS_STATUS_SUCCESS);
+    return;
+  }
+  EXPECT_EQ(c.descs->heuristic(c.lt.h, r, found), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(found, 0);
+  EXPECT_EQ(c.matmul(nullptr), CUBLAS_STATUS_ARCH_MISMATCH);
+  EXPECT_NE(last_message(CUBLAS_STATUS_ARCH_MISMATCH).find("compute capability 8.9"), std::string::npos);
+}
+
+TEST(EmuCublasLt, Fp8OnlyInTheTnLayout) {
+  if (!has_fp8()) GTEST_SKIP() << "the emulated device has no fp8 (PB_EMU_TARGET below 8.9)";
+  Fp8Case c(CUBLAS_OP_N, CUBLAS_OP_N);  // A 64 x 32 read as op(A) = A: m = 64 != D's 32 -> use a consistent shape
+  Stored A(CUDA_R_8F_E4M3, 32, 64, 32);
+  cublasLtMatrixLayout_t a = make_layout(A);
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = -1;
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(c.lt.h, c.descs->op, a, c.descs->b, c.descs->d, c.descs->d, c.descs->pref, 1,
+                                           &r, &found),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(found, 0);
+  EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("\"TN\" layout"), std::string::npos)
+      << last_message(CUBLAS_STATUS_NOT_SUPPORTED);
+  Dev da(A, 0);
+  const float alpha = 1, beta = 0;
+  EXPECT_EQ(cublasLtMatmul(c.lt.h, c.descs->op, &alpha, da.p, a, c.b->p, c.descs->b, &beta, c.d->p, c.descs->d, c.d->p,
+                           c.descs->d, nullptr, nullptr, 0, nullptr),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  cublasLtMatrixLayoutDestroy(a);
+}
+
+TEST(EmuCublasLt, Fp8NeedsSixteenByteAlignedColumns) {
+  if (!has_fp8()) GTEST_SKIP() << "the emulated device has no fp8 (PB_EMU_TARGET below 8.9)";
+  Fp8Case c;
+  Stored A(CUDA_R_8F_E4M3, 64, 32, 72 + 1);  // ld 73 bytes
+  cublasLtMatrixLayout_t a = make_layout(A);
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = -1;
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(c.lt.h, c.descs->op, a, c.descs->b, c.descs->d, c.descs->d, c.descs->pref, 1,
+                                           &r, &found),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("16-byte aligned"), std::string::npos);
+  cublasLtMatrixLayoutDestroy(a);
+}
+
+TEST(EmuCublasLt, Fp8HeuristicHonoursTheAlignmentPreference) {
+  if (!has_fp8()) GTEST_SKIP() << "the emulated device has no fp8 (PB_EMU_TARGET below 8.9)";
+  Fp8Case c;
+  const std::uint32_t four = 4;
+  ASSERT_EQ(cublasLtMatmulPreferenceSetAttribute(c.descs->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &four,
+                                                 sizeof four),
+            CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = -1;
+  EXPECT_EQ(c.descs->heuristic(c.lt.h, r, found), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(found, 0);
+  EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("MIN_ALIGNMENT_B_BYTES"), std::string::npos);
+}
+
+// ---- cuBLASLt argument checks ------------------------------------------------------------------
+
+// A bf16 TN problem (m = 8, n = 4, k = 16) whose pieces a test can spoil.
+struct Bf16Case {
+  Stored A{CUDA_R_16BF, 16, 8, 16}, B{CUDA_R_16BF, 16, 4, 16}, D{CUDA_R_16BF, 8, 4, 8};
+  LtHandle lt;
+  LtDescs descs{CUBLAS_COMPUTE_32F, CUBLAS_OP_T, CUBLAS_OP_N, A, B, D, D};
+  Dev a{A, 0}, b{B, 0}, d{D, 0};
+  float alpha = 1, beta = 0;
+  cublasStatus_t matmul(const cublasLtMatmulAlgo_t* algo, cublasLtMatrixLayout_t bl = nullptr, const void* bp = nullptr) {
+    return cublasLtMatmul(lt.h, descs.op, &alpha, a.p, descs.a, bp ? bp : b.p, bl ? bl : descs.b, &beta, d.p, descs.d,
+                          d.p, descs.d, algo, nullptr, 0, nullptr);
+  }
+};
+
+TEST(EmuCublasLt, LeadingDimensionBelowRowsIsInvalid) {
+  Bf16Case c;
+  Stored B(CUDA_R_16BF, 16, 4, 16);
+  cublasLtMatrixLayout_t bad = nullptr;
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&bad, CUDA_R_16BF, 16, 4, 15), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = -1;
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(c.lt.h, c.descs.op, c.descs.a, bad, c.descs.d, c.descs.d, c.descs.pref, 1, &r,
+                                           &found),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(found, 0);
+  EXPECT_EQ(c.matmul(nullptr, bad), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("Bdesc: ld 15 is less than max(1, rows = 16)"),
+            std::string::npos)
+      << last_message(CUBLAS_STATUS_INVALID_VALUE);
+  cublasLtMatrixLayoutDestroy(bad);
+}
+
+TEST(EmuCublasLt, MatrixRunningPastItsAllocationIsInvalid) {
+  Bf16Case c;
+  Dev small(c.B.bytes() - 16);
+  EXPECT_EQ(c.matmul(nullptr, nullptr, small.p), CUBLAS_STATUS_INVALID_VALUE);
+  const std::string msg = last_message(CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(msg.rfind("pb_emu: cublasLtMatmul: B [", 0), 0u) << msg;
+  EXPECT_NE(msg.find("runs 16 bytes past the end of its allocation"), std::string::npos) << msg;
+  // Host memory is not device memory either.
+  std::vector<unsigned char> host(c.B.bytes());
+  EXPECT_EQ(c.matmul(nullptr, nullptr, host.data()), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("is not in any device allocation"), std::string::npos);
+}
+
+TEST(EmuCublasLt, AlgoFromAnotherProblemIsRefused) {
+  Bf16Case c;
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = 0;
+  ASSERT_EQ(c.descs.heuristic(c.lt.h, r, found), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(c.matmul(&r.algo), CUBLAS_STATUS_SUCCESS);
+  int id = -1;
+  std::size_t written = 0;
+  EXPECT_EQ(cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &written),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(written, sizeof id);
+  EXPECT_GE(id, 0);
+  // The same algo on a problem with half the k.
+  Stored A(CUDA_R_16BF, 8, 8, 8), B(CUDA_R_16BF, 8, 4, 8);
+  LtDescs other(CUBLAS_COMPUTE_32F, CUBLAS_OP_T, CUBLAS_OP_N, A, B, c.D, c.D);
+  const cublasStatus_t st = cublasLtMatmul(c.lt.h, other.op, &c.alpha, c.a.p, other.a, c.b.p, other.b, &c.beta, c.d.p,
+                                           other.d, c.d.p, other.d, &r.algo, nullptr, 0, nullptr);
+  EXPECT_EQ(st, CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(last_message(st).find("for a different problem"), std::string::npos) << last_message(st);
+  // An algo nobody filled in.
+  cublasLtMatmulAlgo_t zero{};
+  EXPECT_EQ(c.matmul(&zero), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST(EmuCublasLt, NullOrDestroyedHandleIsNotInitialized) {
+  Bf16Case c;
+  EXPECT_EQ(cublasLtMatmul(nullptr, c.descs.op, &c.alpha, c.a.p, c.descs.a, c.b.p, c.descs.b, &c.beta, c.d.p, c.descs.d,
+                           c.d.p, c.descs.d, nullptr, nullptr, 0, nullptr),
+            CUBLAS_STATUS_NOT_INITIALIZED);
+  EXPECT_NE(last_message(CUBLAS_STATUS_NOT_INITIALIZED).find("cublasLtMatmul: the handle is null"), std::string::npos);
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = -1;
+  EXPECT_EQ(c.descs.heuristic(nullptr, r, found), CUBLAS_STATUS_NOT_INITIALIZED);
+  cublasLtHandle_t gone = nullptr;
+  ASSERT_EQ(cublasLtCreate(&gone), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtDestroy(gone), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(c.descs.heuristic(gone, r, found), CUBLAS_STATUS_NOT_INITIALIZED);
+  EXPECT_EQ(cublasLtDestroy(nullptr), CUBLAS_STATUS_NOT_INITIALIZED);
+}
+
+TEST(EmuCublasLt, InconsistentShapesBatchesAndTypes) {
+  Bf16Case c;
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = -1;
+  // op(B) must be k x n = 16 x 4.
+  Stored B(CUDA_R_16BF, 12, 4, 16);
+  cublasLtMatrixLayout_t b = make_layout(B);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(c.lt.h, c.descs.op, c.descs.a, b, c.descs.d, c.descs.d, c.descs.pref, 1, &r,
+                                           &found),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("inconsistent shapes"), std::string::npos);
+  cublasLtMatrixLayoutDestroy(b);
+  // Batch counts must agree.
+  Stored B3(CUDA_R_16BF, 16, 4, 16, 3);
+  b = make_layout(B3);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(c.lt.h, c.descs.op, c.descs.a, b, c.descs.d, c.descs.d, c.descs.pref, 1, &r,
+                                           &found),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("batch counts differ"), std::string::npos);
+  cublasLtMatrixLayoutDestroy(b);
+  // bf16 inputs with an fp16 output: no such kernel.
+  Stored D(CUDA_R_16F, 8, 4, 8);
+  cublasLtMatrixLayout_t d = make_layout(D);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(c.lt.h, c.descs.op, c.descs.a, c.descs.b, d, d, c.descs.pref, 1, &r, &found),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(found, 0);
+  EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("not a supported combination"), std::string::npos);
+  // tf32 compute with bf16 inputs: also none.
+  cublasLtMatmulDesc_t tf32 = nullptr;
+  ASSERT_EQ(cublasLtMatmulDescCreate(&tf32, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+  const cublasOperation_t t = CUBLAS_OP_T;
+  cublasLtMatmulDescSetAttribute(tf32, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(c.lt.h, tf32, c.descs.a, c.descs.b, c.descs.d, c.descs.d, c.descs.pref, 1, &r,
+                                           &found),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  cublasLtMatmulDescDestroy(tf32);
+  cublasLtMatrixLayoutDestroy(d);
+}
+
+TEST(EmuCublasLt, DescriptorOptionsOutsideTheEmulationAreRefused) {
+  Bf16Case c;
+  const std::uint32_t relu = CUBLASLT_EPILOGUE_RELU, bogus = 12345, def = CUBLASLT_EPILOGUE_DEFAULT;
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(c.descs.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &relu, sizeof relu),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("CUBLASLT_MATMUL_DESC_EPILOGUE"), std::string::npos);
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(c.descs.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &bogus, sizeof bogus),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(c.descs.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &def, sizeof def),
+            CUBLAS_STATUS_SUCCESS);
+  const std::int32_t device = CUBLASLT_POINTER_MODE_DEVICE;
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(c.descs.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &device, sizeof device),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  const std::int32_t row = CUBLASLT_ORDER_ROW;
+  EXPECT_EQ(cublasLtMatrixLayoutSetAttribute(c.descs.a, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof row),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  // A wrong size for an attribute, and the refused values left nothing behind.
+  const std::int64_t wide = CUBLAS_OP_T;
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(c.descs.op, CUBLASLT_MATMUL_DESC_TRANSA, &wide, sizeof wide),
+            CUBLAS_STATUS_INVALID_VALUE);
+  std::uint32_t epi = 0;
+  std::size_t written = 0;
+  EXPECT_EQ(cublasLtMatmulDescGetAttribute(c.descs.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, &written),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(epi, static_cast<std::uint32_t>(CUBLASLT_EPILOGUE_DEFAULT));
+  // Scale pointers belong to fp8 matrices.
+  const void* scale = c.d.p;
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(c.descs.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale, sizeof scale),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(c.matmul(nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("scale"), std::string::npos);
+}
+
+// ---- cublasGemmStridedBatchedEx -------------------------------------------------------------
+
+struct BlasHandle {
+  cublasHandle_t h = nullptr;
+  BlasHandle() { EXPECT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS); }
+  ~BlasHandle() { cublasDestroy(h); }
+};
+
+// Small integers throughout, so every result is exact.
+void check_strided(cublasOperation_t ta, cublasOperation_t tb, cudaDataType ab, cudaDataType cd, int m, int n, int k,
+                   int batch, float alpha, float beta) {
+  const bool tA = ta != CUBLAS_OP_N, tB = tb != CUBLAS_OP_N;
+  const int ar = tA ? k : m, ac = tA ? m : k, br = tB ? n : k, bc = tB ? k : n;
+  Stored A(ab, ar, ac, ar + 2, batch, static_cast<std::int64_t>(ar + 2) * ac + 5);
+  Stored B(ab, br, bc, br + 1, batch, static_cast<std::int64_t>(br + 1) * bc + 3);
+  Stored C(cd, m, n, m + 3, batch, static_cast<std::int64_t>(m + 3) * n + 1);
+  A.fill(71, true);
+  B.fill(72, true);
+  C.fill(73, true);
+  Dev a(A, NAN), b(B, NAN), c(C, 777.0f);
+  BlasHandle h;
+  const cublasStatus_t st = cublasGemmStridedBatchedEx(
+      h.h, ta, tb, m, n, k, &alpha, a.p, ab, static_cast<int>(A.ld), A.stride, b.p, ab, static_cast<int>(B.ld), B.stride,
+      &beta, c.p, cd, static_cast<int>(C.ld), C.stride, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  ASSERT_EQ(st, CUBLAS_STATUS_SUCCESS) << last_message(st);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto got = c.download();
+  const auto ref = reference(A, tA, B, tB, &C, alpha, beta, m, n, k, batch);
+  int bad = 0;
+  for (int bi = 0; bi < batch; ++bi)
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < m; ++i) {
+        const float want = quantize(static_cast<float>(ref[static_cast<std::size_t>((bi * n + j) * m + i)]), cd);
+        const float g = C.read(got.data(), bi, i, j);
+        if (g != want && ++bad <= 5)
+          ADD_FAILURE() << "C[" << bi << "](" << i << "," << j << ") = " << g << ", want " << want;
+      }
+      for (int i = m; i < C.ld && (j + 1 < n || bi + 1 < batch); ++i)
+        if (C.read(got.data(), bi, i, j) != quantize(777.0f, C.type) && ++bad <= 5)
+          ADD_FAILURE() << "padding of C written at row " << i;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(EmuCublasGemmEx, EveryTransposeOddLeadingDimensionsAndStridesFp32Out) {
+  for (auto ta : {CUBLAS_OP_N, CUBLAS_OP_T})
+    for (auto tb : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+      SCOPED_TRACE(std::string("transa ") + (ta == CUBLAS_OP_N ? "N" : "T") + ", transb " + (tb == CUBLAS_OP_N ? "N" : "T"));
+      check_strided(ta, tb, CUDA_R_16BF, CUDA_R_32F, 13, 7, 9, 3, 1.0f, 0.0f);
+    }
+}
+
+TEST(EmuCublasGemmEx, SixteenBitOutputWithAlphaAndBeta) {
+  check_strided(CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_16F, CUDA_R_16F, 11, 5, 6, 2, 2.0f, -1.0f);
+  check_strided(CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16BF, CUDA_R_16BF, 4, 9, 3, 4, 0.5f, 3.0f);
+}
+
+TEST(EmuCublasGemmEx, KZeroScalesC) {
+  check_strided(CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_16BF, CUDA_R_32F, 3, 4, 0, 2, 1.0f, 2.0f);
+}
+
+// The prefill attention's P V product: P is read as 16-bit elements, ld 2S, out of
+// an fp32 score buffer sized exactly (the last column ends inside it).
+TEST(EmuCublasGemmEx, PrefillPvReadsPWithLd2SOutOfAnFp32Buffer) {
+  const int S = 5, D = 8, Hq = 2, Hkv = 1, B = 2;
+  const long long SS = static_cast<long long>(S) * S;
+  std::vector<std::uint16_t> v(static_cast<std::size_t>(B) * S * Hkv * D), p(static_cast<std::size_t>(B) * Hq * SS * 2);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = num::float_to_bf16(static_cast<float>(static_cast<int>(i % 7) - 3));
+  for (std::size_t i = 0; i < p.size(); ++i)
+    p[i] = (i / S) % 2 == 0 ? num::float_to_bf16(static_cast<float>(static_cast<int>(i % 5) - 2))
+                            : num::float_to_bf16(NAN);  // the other half of each fp32 row: never read
+  Dev dv(v.size() * 2), dp(p.size() * 2), dout(static_cast<std::size_t>(B) * S * Hq * D * 2);
+  {
+    std::vector<unsigned char> bytes(v.size() * 2);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    dv.upload(bytes);
+    bytes.resize(p.size() * 2);
+    std::memcpy(bytes.data(), p.data(), bytes.size());
+    dp.upload(bytes);
+  }
+  BlasHandle h;
+  const float one = 1, zero = 0;
+  const auto* V = static_cast<const std::uint16_t*>(dv.p);
+  const auto* P = static_cast<const std::uint16_t*>(dp.p);
+  auto* out = static_cast<std::uint16_t*>(dout.p);
+  for (int hq = 0; hq < Hq; ++hq) {
+    const cublasStatus_t st = cublasGemmStridedBatchedEx(
+        h.h, CUBLAS_OP_N, CUBLAS_OP_N, D, S, S, &one, V + static_cast<std::size_t>(hq / (Hq / Hkv)) * D, CUDA_R_16BF, Hkv * D,
+        static_cast<long long>(S) * Hkv * D, P + static_cast<std::size_t>(hq) * SS * 2, CUDA_R_16BF, 2 * S,
+        static_cast<long long>(Hq) * SS * 2, &zero, out + static_cast<std::size_t>(hq) * D, CUDA_R_16BF, Hq * D,
+        static_cast<long long>(S) * Hq * D, B, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    ASSERT_EQ(st, CUBLAS_STATUS_SUCCESS) << last_message(st);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto got = dout.download();
+  for (int b = 0; b < B; ++b)
+    for (int hq = 0; hq < Hq; ++hq)
+      for (int q = 0; q < S; ++q)
+        for (int d = 0; d < D; ++d) {
+          float want = 0;
+          for (int key = 0; key < S; ++key)
+            want += num::bf16_to_float(p[static_cast<std::size_t>(((b * Hq + hq) * S + q) * 2 * S + key)]) *
+                    num::bf16_to_float(v[static_cast<std::size_t>((b * S + key) * Hkv * D + d)]);
+          std::uint16_t g;
+          std::memcpy(&g, got.data() + 2 * (((static_cast<std::size_t>(b) * S + q) * Hq + hq) * D + d), 2);
+          EXPECT_EQ(num::bf16_to_float(g), want) << "b " << b << " head " << hq << " query " << q << " dim " << d;
+        }
+}
+
+// A valid bf16 -> fp32 problem (m = 4, n = 3, k = 5, batch 2) for the argument checks.
+struct StridedCase {
+  BlasHandle h;
+  Dev a{2 * 4 * 5 * 2}, b{2 * 5 * 3 * 2}, c{2 * 4 * 3 * 4};
+  float alpha = 1, beta = 0;
+  cublasStatus_t call(cublasOperation_t ta, int m, int lda, long long sa, int ldb, int ldc, cudaDataType ct = CUDA_R_32F,
+                      cublasHandle_t handle = nullptr, cublasComputeType_t compute = CUBLAS_COMPUTE_32F,
+                      cublasGemmAlgo_t algo = CUBLAS_GEMM_DEFAULT, const void* alpha_ptr = nullptr) {
+    return cublasGemmStridedBatchedEx(handle ? handle : h.h, ta, CUBLAS_OP_N, m, 3, 5, alpha_ptr ? alpha_ptr : &alpha,
+                                      a.p, CUDA_R_16BF, lda, sa, b.p, CUDA_R_16BF, ldb, 15, &beta, c.p, ct, ldc, 12, 2,
+                                      compute, algo);
+  }
+};
+
+TEST(EmuCublasGemmEx, ArgumentRules) {
+  StridedCase c;
+  ASSERT_EQ(c.call(CUBLAS_OP_N, 4, 4, 20, 5, 4), CUBLAS_STATUS_SUCCESS) << last_message(CUBLAS_STATUS_INVALID_VALUE);
+  struct Bad {
+    cublasOperation_t ta;
+    int m, lda, ldb, ldc;
+    const char* says;
+  };
+  const Bad bad[] = {
+      {CUBLAS_OP_N, 4, 3, 5, 4, "lda = 3 is less than max(1, m = 4)"},
+      {CUBLAS_OP_T, 4, 4, 5, 4, "lda = 4 is less than max(1, k = 5)"},  // transposed: A is k x m
+      {CUBLAS_OP_N, 4, 4, 4, 4, "ldb = 4 is less than max(1, k = 5)"},
+      {CUBLAS_OP_N, 4, 4, 5, 3, "ldc = 3 is less than max(1, m = 4)"},
+      {CUBLAS_OP_N, -1, 4, 5, 4, "none may be negative"},
+      {static_cast<cublasOperation_t>(7), 4, 4, 5, 4, "use CUBLAS_OP_N"},
+  };
+  for (const Bad& x : bad) {
+    EXPECT_EQ(c.call(x.ta, x.m, x.lda, 20, x.ldb, x.ldc), CUBLAS_STATUS_INVALID_VALUE) << x.says;
+    const std::string msg = last_message(CUBLAS_STATUS_INVALID_VALUE);
+    EXPECT_EQ(msg.rfind("pb_emu: cublasGemmStridedBatchedEx: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(x.says), std::string::npos) << msg;
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST(EmuCublasGemmEx, EveryBatchMustLieInItsAllocation) {
+  StridedCase c;
+  // A stride one element too long: batch 1 runs 2 bytes past A's 80.
+  EXPECT_EQ(c.call(CUBLAS_OP_N, 4, 4, 21, 5, 4), CUBLAS_STATUS_INVALID_VALUE);
+  const std::string msg = last_message(CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(msg.find("A of batch 1 ["), std::string::npos) << msg;
+  EXPECT_NE(msg.find("runs 2 bytes past the end"), std::string::npos) << msg;
+}
+
+TEST(EmuCublasGemmEx, UnsupportedTypesAlgosAndHandles) {
+  StridedCase c;
+  EXPECT_EQ(c.call(CUBLAS_OP_N, 4, 4, 20, 5, 4, CUDA_R_16F), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("A CUDA_R_16BF, B CUDA_R_16BF, C CUDA_R_16F"),
+            std::string::npos)
+      << last_message(CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(c.call(CUBLAS_OP_N, 4, 4, 20, 5, 4, CUDA_R_32F, nullptr, CUBLAS_COMPUTE_32F_FAST_TF32),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(c.call(CUBLAS_OP_N, 4, 4, 20, 5, 4, CUDA_R_32F, nullptr, CUBLAS_COMPUTE_16F), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(c.call(CUBLAS_OP_N, 4, 4, 20, 5, 4, CUDA_R_32F, nullptr, CUBLAS_COMPUTE_32F, static_cast<cublasGemmAlgo_t>(42)),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  // No handle, a destroyed one.
+  EXPECT_EQ(cublasGemmStridedBatchedEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 4, 3, 5, &c.alpha, c.a.p, CUDA_R_16BF, 4, 20,
+                                       c.b.p, CUDA_R_16BF, 5, 15, &c.beta, c.c.p, CUDA_R_32F, 4, 12, 2,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_NOT_INITIALIZED);
+  cublasHandle_t gone = nullptr;
+  ASSERT_EQ(cublasCreate(&gone), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasDestroy(gone), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(c.call(CUBLAS_OP_N, 4, 4, 20, 5, 4, CUDA_R_32F, gone), CUBLAS_STATUS_NOT_INITIALIZED);
+  EXPECT_EQ(cublasDestroy(nullptr), CUBLAS_STATUS_NOT_INITIALIZED);
+  // A device pointer as alpha while the pointer mode is host.
+  EXPECT_EQ(c.call(CUBLAS_OP_N, 4, 4, 20, 5, 4, CUDA_R_32F, nullptr, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, c.c.p),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("pointer mode is host"), std::string::npos);
+}
+
+// In device pointer mode alpha is read when the work runs, not when it is queued.
+TEST(EmuCublasGemmEx, DevicePointerModeReadsAlphaWhenRunning) {
+  Stored A(CUDA_R_32F, 1, 1, 1), B(CUDA_R_32F, 1, 1, 1), C(CUDA_R_32F, 1, 1, 1);
+  A.v = {3};
+  B.v = {5};
+  Dev a(A, 0), b(B, 0), c(C, 0), scalars(8);
+  const float ab[2] = {1, 0};
+  std::vector<unsigned char> bytes(8);
+  std::memcpy(bytes.data(), ab, 8);
+  scalars.upload(bytes);
+  BlasHandle h;
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cublasSetStream(h.h, s), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasSetPointerMode(h.h, CUBLAS_POINTER_MODE_DEVICE), CUBLAS_STATUS_SUCCESS);
+  const float* alpha = static_cast<const float*>(scalars.p);
+  ASSERT_EQ(cublasGemmStridedBatchedEx(h.h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, alpha, a.p, CUDA_R_32F, 1, 1, b.p,
+                                       CUDA_R_32F, 1, 1, alpha + 1, c.p, CUDA_R_32F, 1, 1, 1, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  static_cast<float*>(scalars.p)[0] = 2;  // the emulation's device memory is host memory
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  float got = 0;
+  std::memcpy(&got, c.download().data(), 4);
+  EXPECT_EQ(got, 30.0f);
+  cudaStreamDestroy(s);
+}
+
+TEST(EmuCublasGemmEx, Tf32MathModeRoundsFp32Inputs) {
+  Stored A(CUDA_R_32F, 1, 1, 1), B(CUDA_R_32F, 1, 1, 1), C(CUDA_R_32F, 1, 1, 1);
+  A.v = {1.0f + std::ldexp(1.0f, -12)};  // not a tf32 value: rounds to 1
+  B.v = {1.0f};
+  Dev a(A, 0), b(B, 0), c(C, 0);
+  BlasHandle h;
+  const float one = 1, zero = 0;
+  auto run = [&]() {
+    EXPECT_EQ(cublasGemmStridedBatchedEx(h.h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, a.p, CUDA_R_32F, 1, 1, b.p,
+                                         CUDA_R_32F, 1, 1, &zero, c.p, CUDA_R_32F, 1, 1, 1, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_SUCCESS);
+    float got = 0;
+    std::memcpy(&got, c.download().data(), 4);
+    return got;
+  };
+  EXPECT_EQ(run(), A.v[0]);
+  ASSERT_EQ(cublasSetMathMode(h.h, CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(run(), 1.0f);
+}
+
+// The message belongs to the status it was recorded with; another status reads
+// the library's generic sentence.
+TEST(EmuCublasGemmEx, StatusStringIsTheLastFailuresMessage) {
+  StridedCase c;
+  ASSERT_EQ(c.call(CUBLAS_OP_N, 4, 3, 20, 5, 4), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(last_message(CUBLAS_STATUS_INVALID_VALUE).rfind("pb_emu: cublasGemmStridedBatchedEx: lda = 3", 0), 0u);
+  EXPECT_STREQ(cublasGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED), "the functionality requested is not supported");
+  EXPECT_STREQ(cublasLtGetStatusString(CUBLAS_STATUS_INVALID_VALUE), cublasGetStatusString(CUBLAS_STATUS_INVALID_VALUE));
+}
+
+// ---- handles ------------------------------------------------------------------------------
+
+TEST(EmuCublasHandles, VersionsNamesAndWorkspace) {
+  int major = 0, minor = -1, patch = -1;
+  EXPECT_EQ(cublasGetProperty(MAJOR_VERSION, &major), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasGetProperty(MINOR_VERSION, &minor), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasGetProperty(PATCH_LEVEL, &patch), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(major, CUBLAS_VER_MAJOR);
+  EXPECT_EQ(major * 10000 + minor * 100 + patch, CUBLAS_VERSION);
+  EXPECT_EQ(cublasLtGetVersion(), static_cast<std::size_t>(CUBLAS_VERSION));
+  EXPECT_STREQ(cublasGetStatusName(CUBLAS_STATUS_INVALID_VALUE), "CUBLAS_STATUS_INVALID_VALUE");
+  EXPECT_STREQ(cublasGetStatusName(CUBLAS_STATUS_ARCH_MISMATCH), "CUBLAS_STATUS_ARCH_MISMATCH");
+  EXPECT_STREQ(cublasGetStatusString(CUBLAS_STATUS_SUCCESS), "the operation completed successfully");
+
+  BlasHandle h;
+  cudaStream_t s = nullptr, got = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_EQ(cublasGetStream(h.h, &got), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(got, nullptr);  // the legacy stream until set
+  EXPECT_EQ(cublasSetStream(h.h, s), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasGetStream(h.h, &got), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(got, s);
+  Dev ws(1 << 20);
+  EXPECT_EQ(cublasSetWorkspace(h.h, ws.p, ws.n), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasSetWorkspace(h.h, static_cast<char*>(ws.p) + 16, 4096), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("not aligned to 256 bytes"), std::string::npos);
+  EXPECT_EQ(cublasSetWorkspace(h.h, ws.p, ws.n + 256), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("workspace"), std::string::npos);
+  cudaStreamDestroy(s);
+}
+
+// ---- streams and graphs --------------------------------------------------------------------------
+
+TEST(EmuCublasStream, LtResultAppearsOnlyWhenTheStreamIsSynchronised) {
+  Bf16Case c;
+  c.A.fill(81, true);
+  c.B.fill(82, true);
+  c.a.upload(c.A.encode(0));
+  c.b.upload(c.B.encode(0));
+  ASSERT_EQ(cudaMemset(c.d.p, 0, c.d.n), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cublasLtMatmul(c.lt.h, c.descs.op, &c.alpha, c.a.p, c.descs.a, c.b.p, c.descs.b, &c.beta, c.d.p, c.descs.d,
+                           c.d.p, c.descs.d, nullptr, nullptr, 0, s),
+            CUBLAS_STATUS_SUCCESS);
+  const auto before = c.d.peek();
+  EXPECT_EQ(before, std::vector<unsigned char>(c.d.n, 0)) << "the matmul ran before anything waited for its stream";
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const auto after = c.d.peek();
+  const auto ref = reference(c.A, true, c.B, false, nullptr, 1, 0, 8, 4, 16, 1);
+  for (int j = 0; j < 4; ++j)
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(c.D.read(after.data(), 0, i, j), ref[static_cast<std::size_t>(j * 8 + i)]);
+  cudaStreamDestroy(s);
+}
+
+TEST(EmuCublasStream, GemmExRunsOnTheHandlesStream) {
+  StridedCase c;
+  std::vector<unsigned char> ones(c.a.n);
+  for (std::size_t i = 0; i < ones.size(); i += 2) {
+    const std::uint16_t one = num::float_to_bf16(1.0f);
+    std::memcpy(ones.data() + i, &one, 2);
+  }
+  c.a.upload(ones);
+  c.b.upload(std::vector<unsigned char>(ones.begin(), ones.begin() + static_cast<std::ptrdiff_t>(c.b.n)));
+  ASSERT_EQ(cudaMemset(c.c.p, 0, c.c.n), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cublasSetStream(c.h.h, s), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(c.call(CUBLAS_OP_N, 4, 4, 20, 5, 4), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(c.c.peek(), std::vector<unsigned char>(c.c.n, 0));
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const auto after = c.c.peek();
+  std::vector<float> f(after.size() / 4);
+  std::memcpy(f.data(), after.data(), after.size());
+  for (float x : f) EXPECT_EQ(x, 5.0f);  // k = 5 ones
+  cudaStreamDestroy(s);
+}
+
+TEST(EmuCublasStream, CapturedLtMatmulReplaysWithTheInputsOfTheMoment) {
+  Bf16Case c;
+  c.A.fill(91, true);
+  c.B.fill(92, true);
+  c.a.upload(c.A.encode(0));
+  c.b.upload(c.B.encode(0));
+  ASSERT_EQ(cudaMemset(c.d.p, 0, c.d.n), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = 0;
+  ASSERT_EQ(c.descs.heuristic(c.lt.h, r, found), CUBLAS_STATUS_SUCCESS);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(cublasLtMatmul(c.lt.h, c.descs.op, &c.alpha, c.a.p, c.descs.a, c.b.p, c.descs.b, &c.beta, c.d.p, c.descs.d,
+                           c.d.p, c.descs.d, &r.algo, nullptr, 0, s),
+            CUBLAS_STATUS_SUCCESS);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(c.d.peek(), std::vector<unsigned char>(c.d.n, 0)) << "capturing ran the matmul";
+
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("replay " + std::to_string(round));
+    if (round == 1) {  // new inputs: the replay reads memory when it runs
+      c.A.fill(93, true);
+      c.a.upload(c.A.encode(0));
+    }
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const auto got = c.d.download();
+    const auto ref = reference(c.A, true, c.B, false, nullptr, 1, 0, 8, 4, 16, 1);
+    for (int j = 0; j < 4; ++j)
+      for (int i = 0; i < 8; ++i) EXPECT_EQ(c.D.read(got.data(), 0, i, j), ref[static_cast<std::size_t>(j * 8 + i)]);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+
+// A graph replayed after one of its matrices was freed: the work finds out when
+// it runs and fails the context, as an illegal address does on a GPU. Sticky
+// errors last for the process, hence the child process.
+TEST(EmuCublasStreamDeathTest, ReplayAfterFreeIsAnIllegalAddress) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        Bf16Case c;
+        cudaStream_t s = nullptr;
+        void* b = nullptr;
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess || cudaMalloc(&b, c.b.n) != cudaSuccess ||
+            cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) != cudaSuccess ||
+            cublasLtMatmul(c.lt.h, c.descs.op, &c.alpha, c.a.p, c.descs.a, b, c.descs.b, &c.beta, c.d.p, c.descs.d,
+                           c.d.p, c.descs.d, nullptr, nullptr, 0, s) != CUBLAS_STATUS_SUCCESS ||
+            cudaStreamEndCapture(s, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess ||
+            cudaFree(b) != cudaSuccess || cudaGraphLaunch(exec, s) != cudaSuccess)
+          std::exit(2);
+        const cudaError_t e = cudaStreamSynchronize(s);
+        std::fprintf(stderr, "%s: %s\n", cudaGetErrorName(e), cudaGetErrorString(e));
+        std::exit(e == cudaErrorIllegalAddress ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "cublasLtMatmul \\(running on its stream\\): B .* is not in any device allocation");
+}
+
+}  // namespace

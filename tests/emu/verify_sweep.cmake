@@ -1,0 +1,45 @@
+# The end-to-end check of the emulated build: phasebench-emu runs
+# `run --backend=cuda --verify-only` over every op group on a tiny model (prefill
+# linear through cuBLASLt, decode GEMV own and cuBLASLt rows, decode attention
+# contiguous, paged and split-KV, KV append, prefill attention flash and cuBLAS,
+# whole layers in prefill and decode, a free-form shape); every point must be
+# prepared and verified (none wrong, none skipped), and timing must be refused.
+# Run by CTest: cmake -DPHASEBENCH_EMU_BINARY=... -DMODEL=... -P verify_sweep.cmake
+execute_process(
+  COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --verify-only --model ${MODEL} --dtype bf16,fp16
+          --ops prefill_linear,decode_linear,decode_attention,kv_append,prefill_attention,layer,free
+          --batches 1,2 --prompts 17,64 --decode-batches 1,3,16,20 --attention-batches 1,3 --contexts 33,1000
+          --append-batches 1,5 --append-context 100 --prefill-attention-prompts 65,130 --page-size 16
+          --shape 5,40,72
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "phasebench-emu --verify-only exited with ${rc}")
+endif()
+if(out MATCHES "WRONG|ERROR|skipped ")
+  message(FATAL_ERROR "a point was wrong, failed or was skipped")
+endif()
+foreach(want
+    "ok +prefill/linear/.*impl:blas"
+    "ok +decode/gemv/.*batch:3/impl:own"
+    "ok +decode/gemv/.*batch:20/impl:blas"
+    "ok +decode/attention/.*context:1000"
+    "ok +decode/attention_paged/.*context:33/page:16"
+    "ok +decode/kv_append/"
+    "ok +decode/kv_append_paged/"
+    "ok +prefill/attention/.*impl:own"
+    "ok +prefill/attention/.*impl:blas"
+    "ok +prefill/layer/"
+    "ok +decode/layer/"
+    "ok +free/linear/5x40x72/.*impl:own")
+  if(NOT out MATCHES "${want}")
+    message(FATAL_ERROR "no verified point matches '${want}'")
+  endif()
+endforeach()
+# The emulated build refuses to time, with a message that says why.
+execute_process(
+  COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --model ${MODEL} --ops decode_linear --decode-batches 1
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "functional CUDA emulation.*never times anything.*--verify-only")
+  message(FATAL_ERROR "phasebench-emu should refuse to time (exit 2, saying why); got ${rc}: ${out}${err}")
+endif()
