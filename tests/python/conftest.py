@@ -1,4 +1,4 @@
-"""Shared fixtures of the script tests.
+"""Shared fixtures of the tests of the Python tools (tests/python; the package is python/phasebench_tools).
 
 Results produced here come from the real binary on the CPU backend, with a tiny model
 (fixtures/tiny-model.json) and a hot cache so that the whole test run stays well under two
@@ -18,10 +18,12 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "scripts")
+PYTHON = os.path.join(ROOT, "python")
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 TINY_MODEL = os.path.join(FIXTURES, "tiny-model.json")
 
-sys.path.insert(0, SCRIPTS)
+# The checkout's package, whether or not scripts/setup installed it.
+sys.path.insert(0, PYTHON)
 
 # The sweep every CPU run of the tests uses (small: ~1-2 s without calibration).
 TINY_SWEEP = ["--backend=cpu", f"--model={TINY_MODEL}", "--ops=decode_linear,decode_attention,kv_append",
@@ -73,7 +75,7 @@ def cpu_runs(binary, tmp_path_factory) -> dict:
 
 
 def script(name: str, *args: str, cwd: str | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
-    """Run one of scripts/*.py with this interpreter."""
+    """Run one of scripts/*.py (the documented commands) with this interpreter."""
     return subprocess.run([sys.executable, os.path.join(SCRIPTS, name), *args], capture_output=True, text=True,
                           cwd=cwd, timeout=timeout)
 

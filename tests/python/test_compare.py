@@ -1,4 +1,4 @@
-"""scripts/compare.py: tables, formats, significance, regression gate, bad input."""
+"""phasebench-compare (scripts/compare.py): tables, formats, significance, regression gate, bad input."""
 
 import csv
 import io
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-import compare
 from conftest import fixture, script
+from phasebench_tools import compare
 
 BASE, SLOWER, NOISY = fixture("h100-base.json"), fixture("h100-slower.json"), fixture("h100-noisy.json")
 SINGLE, H200 = fixture("h100-single-sample.json"), fixture("h200-base.json")
@@ -49,6 +49,13 @@ def test_exact_ratios_and_geomean_across_gpus():
     a, b = p["files"]["A"]["median_s"], p["files"]["B"]["median_s"]
     assert p["vs_first"]["B"]["speedup"] == pytest.approx(a / b)
     assert p["vs_first"]["B"]["speedup"] == pytest.approx(4.3 / 2.9, rel=1e-3)  # bandwidth-bound: W ratio
+    # Fractions of roofline as each file records them, per ceiling source too.
+    src = json.load(open(BASE))["benchmarks"]
+    pb = next(b["phasebench"] for b in src if b["name"].startswith("decode/gemv/llama-3.1-8b.o_proj/bf16/batch:1/"))
+    cells = p["files"]["A"]
+    assert cells["fraction_of_roofline"] == pb["fraction_of_roofline"]
+    assert cells["fraction_of_roofline_by_source"] == {s: v["fraction_of_roofline"]
+                                                       for s, v in pb["roofline_by_source"].items()}
     s = {(x["phase"], x["file"]): x for x in d["summary"]}
     assert s[("decode", "A")]["geomean_speedup_vs_first"] == pytest.approx(1.0)
     assert s[("decode", "B")]["geomean_speedup_vs_first"] > 1.1

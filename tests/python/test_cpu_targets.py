@@ -1,4 +1,4 @@
-"""scripts/cpu_targets.py: the CPU speed targets judged from results files."""
+"""phasebench-cpu-targets (scripts/cpu_targets.py): the CPU speed targets judged from results files."""
 
 from __future__ import annotations
 
@@ -72,13 +72,54 @@ def test_small_points_are_not_judged(tmp_path):
 
 
 def test_bad_input_is_one_clear_line(tmp_path):
+    # The loader's messages (results.py), as every tool prints them: one line naming the file.
+    def one_line(path, message):
+        r = run(str(path))
+        assert r.returncode == 2 and r.stdout == ""
+        assert len(r.stderr.strip().splitlines()) == 1 and f"{path}: {message}" in r.stderr, r.stderr
+
     bad = tmp_path / "bad.json"
+    bad.write_text('{"benchmarks": [}')
+    one_line(bad, "not valid JSON")
     bad.write_text('{"benchmarks": [')
-    r = run(str(bad))
-    assert r.returncode == 2 and "not valid JSON" in r.stderr
+    one_line(bad, "truncated JSON")
     other = tmp_path / "gb.json"
     other.write_text(json.dumps({"context": {}, "benchmarks": []}))
-    r = run(str(other))
-    assert r.returncode == 2 and "not a phasebench results file" in r.stderr
-    r = run(str(tmp_path / "missing.json"))
-    assert r.returncode == 2 and "cannot read it" in r.stderr
+    one_line(other, "a Google Benchmark file without phasebench fields")
+    one_line(tmp_path / "missing.json", "no such file")
+
+
+def test_aggregates_only_runs_are_judged(tmp_path):
+    # scripts/cpu-targets runs with --benchmark_report_aggregates_only: each point's median aggregate stands for it.
+    path = results(tmp_path)
+    doc = json.loads(open(path).read())
+    aggs = []
+    for b in doc["benchmarks"]:
+        med = dict(b, run_type="aggregate", aggregate_name="median", name=b["name"] + "_median")
+        mean = {k: v for k, v in med.items() if k != "phasebench"}
+        aggs += [dict(mean, aggregate_name="mean", name=b["name"] + "_mean"), med]
+    doc["benchmarks"] = aggs
+    open(path, "w").write(json.dumps(doc))
+    r = run(path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "paired reads: median 0.920 [0.920..0.920], 1/1 points meet it: holds" in r.stdout
+    assert "same shapes:  median 1.050 [1.050..1.050], 1/1 points meet it: holds" in r.stdout
+    assert "_median" not in r.stdout and "manual_time" not in r.stdout
+
+
+def test_the_runs_beyond_caches_flag_decides(tmp_path):
+    """Schema 2 points say whether they are beyond the caches; that, not a second rule here, decides."""
+    path = results(tmp_path, gemv=(0.5, 0.5))  # a GEMV that misses its target ...
+    doc = json.loads(open(path).read())
+    doc["context"]["phasebench"]["schema_version"] = 2
+    doc["context"]["phasebench"]["decode_linear_crossings"] = []
+    for b in doc["benchmarks"]:
+        b["phasebench"]["beyond_caches"] = b["phasebench"]["op"] != "gemv"  # ... but the run says it fits the caches
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    r = run(path)
+    assert r.returncode == 1, r.stdout + r.stderr  # a target without points does not hold
+    gemv = r.stdout.split("decode GEMV batch 1")[1].split("decode attention")[0]
+    assert "run ceiling:  no points" in gemv and "paired reads: no points" in gemv, r.stdout
+    assert "0.500" not in r.stdout
+    assert "paired reads: median 0.720" in r.stdout  # the attention points still count

@@ -1,4 +1,5 @@
-"""scripts/roofline.py and scripts/report.py, including a render check in headless Chromium."""
+"""phasebench-roofline and phasebench-report (scripts/roofline.py, scripts/report.py): plots, the
+recorded ridge crossings, schema 1 files without them, and a render check in headless Chromium."""
 
 import os
 import re
@@ -7,11 +8,12 @@ import subprocess
 
 import pytest
 
-import phasebench_results as pr
-import roofline
 from conftest import fixture, script
+from phasebench_tools import results as pr
+from phasebench_tools import roofline
 
-BASE, H200 = fixture("h100-base.json"), fixture("h200-base.json")
+BASE, H200, SCHEMA1 = fixture("h100-base.json"), fixture("h200-base.json"), fixture("h100-schema1.json")
+NOT_RECORDED = "not recorded in this file (schema 1)"
 
 
 def _png_ok(path):
@@ -60,21 +62,69 @@ def test_linear_intensity_mirrors_the_harness(cpu_runs):
             assert roofline.linear_intensity(s["M"], s["N"], s["K"], w, a_in, a_out) == pytest.approx(p.intensity)
 
 
-def test_predicted_crossing_against_formula():
-    r = pr.load_results(BASE)
-    rows = {x["target"]: x for x in roofline.decode_linear_crossings(r)}
-    x = rows["o_proj"]
-    N = K = 4096
-    for src, (P, W) in {"measured": (795e12, 2.9e12), "datasheet": (989e12, 3.35e12)}.items():
-        ridge = P / W
-        m = x["predicted"][src]
-        # the smallest integer batch whose intensity reaches the ridge
-        assert roofline.linear_intensity(m, N, K, 2, 2, 2) >= ridge > roofline.linear_intensity(m - 1, N, K, 2, 2, 2)
-    # The fixture's times follow min(P_eff, I*W_eff) with 85% of W and 70% of P, so the measured crossing is
-    # where I = 0.7 P / (0.85 W), within the sweep (1..1024).
-    m_meas = roofline.batch_at_intensity(0.7 * 795e12 / (0.85 * 2.9e12), N, K, 2, 2, 2)
-    assert x["measured"] == pytest.approx(m_meas, rel=1e-6)
-    assert x["batches"] == [1, 8, 64, 256, 1024]
+def _legend_texts(fig) -> list:
+    return [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+
+
+def _vertical_lines(fig) -> set:
+    """The batches of the axvline()s (crossings) of every panel."""
+    return {float(line.get_xdata()[0]) for ax in fig.axes for line in ax.get_lines()
+            if list(line.get_ydata()) == [0, 1] and line.get_xdata()[0] == line.get_xdata()[1]}
+
+
+def test_recorded_crossings_are_drawn():
+    """The decode-linear plot draws the crossings the file records (the fixture's values), not its own."""
+    fig = roofline.decode_linear_figure([pr.load_results(BASE)])
+    texts = _legend_texts(fig)
+    assert "o_proj: measured 254, predicted 317 (measured), 345 (datasheet)" in texts
+    assert "down_proj: measured 243, predicted 300 (measured), 326 (datasheet)" in texts
+    assert "vertical: measured crossing" in texts and "vertical: predicted crossing, datasheet ceilings" in texts
+    assert {254, 317, 345, 243, 300, 326, 249, 309, 336, 241, 297, 322} == _vertical_lines(fig)
+    roofline.plt.close(fig)
+
+
+def test_schema_1_plot_says_crossings_are_not_recorded(tmp_path):
+    fig = roofline.decode_linear_figure([pr.load_results(SCHEMA1)])
+    texts = _legend_texts(fig)
+    assert f"ridge crossings {NOT_RECORDED}" in texts
+    assert "o_proj" in texts and not any("measured 2" in t or t.startswith("vertical:") for t in texts)
+    assert not _vertical_lines(fig)
+    roofline.plt.close(fig)
+    r = script("roofline.py", SCHEMA1, BASE, "--out-dir", str(tmp_path), "--formats", "png")
+    assert r.returncode == 0, r.stderr
+    assert f"h100-schema1.json: decode-linear ridge crossings {NOT_RECORDED}" in r.stderr
+    assert "h100-base.json: decode-linear" not in r.stderr
+    for name in ("h100-schema1.decode-linear.png", "h100-schema1.roofline.png", "overlay.decode-linear.png"):
+        _png_ok(str(tmp_path / name))
+
+
+def test_report_shows_recorded_crossings_and_says_when_a_file_has_none(tmp_path):
+    page = tmp_path / "r.html"
+    r = script("report.py", SCHEMA1, BASE, "-o", str(page))
+    assert r.returncode == 0, r.stderr
+    html = page.read_text()
+    assert html.count(f"Ridge crossings: {NOT_RECORDED}.") == 1  # the schema 1 file's section
+    assert "<th>predicted (measured ceilings)</th><th>predicted (datasheet ceilings)</th>" in html
+    assert ("<td>llama-3.1-8b.o_proj</td><td>bf16</td><td>1, 8, 64, 256, 1024</td><td>254</td>"
+            "<td>317 (ridge 274.1 FLOP/B)</td><td>345 (ridge 295.2 FLOP/B)</td><td>measured</td>") in html
+    assert html.count("data:image/png;base64,") >= 6
+
+
+def test_cpu_run_crossings_are_shown(cpu_runs, tmp_path):
+    """The binary's file: its recorded crossings in the report, or (schema 1) a note that there are none."""
+    r = pr.load_results(cpu_runs["calibrated"])
+    page = tmp_path / "cpu.html"
+    res = script("report.py", cpu_runs["calibrated"], "-o", str(page))
+    assert res.returncode == 0, res.stderr
+    html = page.read_text()
+    if not r.crossings_recorded:
+        assert f"Ridge crossings: {r.crossings_absent_text}." in html
+        pytest.skip(f"the binary writes schema {r.schema_version}: no recorded crossings to show yet")
+    assert r.decode_linear_crossings
+    texts = _legend_texts(roofline.decode_linear_figure([r]))
+    for x in r.decode_linear_crossings:
+        assert f"<td>{x['layer']}</td>" in html
+        assert any(t.startswith(f"{x['target']}: measured {x['measured']['text']}, predicted") for t in texts)
 
 
 def test_report_single_and_comparison(cpu_runs, tmp_path):

@@ -1,15 +1,33 @@
-"""Loading, validating and matching phasebench results files.
+"""The one loader of phasebench results files (python/phasebench_tools/results.py).
+
+Every tool of the package reads results through load_results()/load_many() here; it uses
+only the standard library, so cpu_targets runs without the plotting dependencies.
 
 A results file is written by `phasebench run` (bench/results.cpp, bench/fixture.cpp): a
 superset of Google Benchmark's JSON whose context carries a "phasebench" object (schema
-version, backend, device, ceilings) and whose every benchmark entry carries a "phasebench"
-object (phase, op, model, target, dtype, impl, args, shape, flops, bytes, time statistics,
-roofline placement).
+version, backend, device, ceilings and, from schema 2 on, the decode-linear ridge crossings)
+and whose every benchmark entry carries a "phasebench" object (phase, op, model, target,
+dtype, impl, args, shape, flops, bytes, time statistics, roofline placement). Schema versions
+1 and 2 are read; schema 1 files have no recorded crossings (Results.decode_linear_crossings
+is None, and the tools say so where they would show them).
+
+The repetition rule (the same as the run's own summary, bench/summary.cpp):
+
+  * a point is identified by its Google Benchmark `run_name` (else `name`);
+  * a file may hold several entries of one point (`--benchmark_repetitions`, interleaved or
+    not). phasebench writes the point's pooled statistics (all samples of all repetitions)
+    into every repetition's "phasebench" object, so the LAST entry of the point that has a
+    "phasebench" object stands for the point; nothing is merged or recomputed;
+  * Google Benchmark's aggregate entries (run_type "aggregate": mean, median, stddev, cv) are
+    ignored, except when a file holds only aggregates for a point
+    (`--benchmark_report_aggregates_only`): then its "median" aggregate stands for it.
+
+Numbers the file holds are read, never recomputed: time statistics, TFLOP/s and GB/s, the
+intensity, the fraction of roofline (`fraction_of_roofline` against the ceilings in use,
+`roofline_by_source[source].fraction_of_roofline` against each source) and the crossings.
 
 Points are matched across files on their structured key (phase, op, model, target, dtype,
 impl, args), never on the benchmark's name string.
-
-Everything here is plain Python (no third-party imports) so that every script can use it.
 """
 
 from __future__ import annotations
@@ -21,7 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 #: Schema versions of context.phasebench.schema_version this module understands.
-SUPPORTED_SCHEMA_VERSIONS = (1,)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2)
+
+#: The first schema version whose files record the decode-linear ridge crossings.
+CROSSINGS_SCHEMA_VERSION = 2
 
 #: Ceiling sources, in the order of preference used when a figure needs "the" ceiling.
 CEILING_SOURCES = ("measured", "datasheet", "theoretical")
@@ -55,7 +76,7 @@ class Key:
         """A readable one-line label (built from the key, so it is stable across files)."""
         model = self.model + (f".{self.target}" if self.target else "")
         parts = [self.phase, self.op, model, self.dtype]
-        parts += [f"{k}:{_fmt_arg(v)}" for k, v in self.args]
+        parts += [f"{k}:{fmt_arg(v)}" for k, v in self.args]
         if self.impl:
             parts.append(f"impl:{self.impl}")
         return "/".join(p for p in parts if p != "")
@@ -65,7 +86,8 @@ class Key:
                 "dtype": self.dtype, "impl": self.impl, "args": self.args_dict()}
 
 
-def _fmt_arg(v: Any) -> str:
+def fmt_arg(v: Any) -> str:
+    """An argument as the benchmark names write it (8, not 8.0)."""
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
@@ -98,20 +120,34 @@ def _num(v: Any) -> float | None:
     return None
 
 
+def _obj(v: Any) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _scaled(v: Any, scale: float) -> float | None:
+    x = _num(v)
+    return None if x is None else x * scale
+
+
 @dataclass
 class Point:
-    """One benchmark point of one file (repetitions of the same point merged)."""
+    """One benchmark point of one file: the entry that stands for it under the repetition rule."""
 
     key: Key
     name: str  # the benchmark name without the "/manual_time" suffix
-    pb: dict  # the entry's "phasebench" object (of the first repetition)
-    entries: list = field(default_factory=list)  # the Google Benchmark entries (one per repetition)
-    time: dict | None = None  # merged time statistics (median_s, mean_s, stddev_s, samples, min_s, max_s, cv)
+    pb: dict  # the "phasebench" object of the entry that stands for the point
+    entries: list = field(default_factory=list)  # the point's entries that count (repetitions, or its median)
 
-    # Convenience accessors; None when not available (skipped/error point, no ceilings, ...).
+    # Accessors; None when not available (skipped/error point, no ceilings, ...).
     @property
     def status(self) -> str:
         return str(self.pb.get("status", "ok"))
+
+    @property
+    def time(self) -> dict | None:
+        """Time statistics (median_s, mean_s, stddev_s, cv, samples, min_s, max_s) of an ok point."""
+        t = self.pb.get("time")
+        return t if self.status == "ok" and isinstance(t, dict) else None
 
     @property
     def ok(self) -> bool:
@@ -154,18 +190,12 @@ class Point:
 
     @property
     def intensity(self) -> float | None:
-        v = _num(self.pb.get("intensity"))
-        if v is None and self.flops is not None and self.bytes_total:
-            v = self.flops / self.bytes_total
-        return v
+        return _num(self.pb.get("intensity"))
 
     @property
     def flops_per_s(self) -> float | None:
-        """Achieved FLOP/s, from FLOPs and the median time (recomputed so merged repetitions agree)."""
-        t = self.median_s
-        if not t or self.flops is None:
-            return None
-        return self.flops / t
+        """Achieved FLOP/s at the median time (the file's "tflops")."""
+        return _scaled(self.pb.get("tflops"), 1e12) if self.time else None
 
     @property
     def tflops(self) -> float | None:
@@ -174,10 +204,8 @@ class Point:
 
     @property
     def bytes_per_s(self) -> float | None:
-        t = self.median_s
-        if not t or self.bytes_total is None:
-            return None
-        return self.bytes_total / t
+        """Achieved bytes/s of minimum traffic at the median time (the file's "gbps")."""
+        return _scaled(self.pb.get("gbps"), 1e9) if self.time else None
 
     @property
     def gbps(self) -> float | None:
@@ -191,11 +219,12 @@ class Point:
 
     @property
     def fraction(self) -> float | None:
-        """Fraction of the roofline (the ceilings the file says it used), recomputed from the median."""
-        r = self.roofline
-        if not r:
-            return _num(self.pb.get("fraction_of_roofline"))
-        return fraction_against(self, _num(r.get("peak_flops_per_s")), _num(r.get("bandwidth_bytes_per_s")))
+        """Fraction of the roofline of the ceilings the run used (the file's fraction_of_roofline)."""
+        return _num(self.pb.get("fraction_of_roofline"))
+
+    def fraction_by_source(self, source: str) -> float | None:
+        """Fraction of the roofline of one ceiling source (measured, datasheet, theoretical), as recorded."""
+        return _num(_obj(_obj(self.pb.get("roofline_by_source")).get(source)).get("fraction_of_roofline"))
 
     @property
     def bound(self) -> str | None:
@@ -211,56 +240,6 @@ class Point:
         return self.key.args_dict()
 
 
-def fraction_against(p: Point, peak: float | None, bw: float | None) -> float | None:
-    """Achieved / attainable for ceilings peak (FLOP/s) and bw (bytes/s); bandwidth fraction for 0-FLOP ops."""
-    t = p.median_s
-    if not t or bw is None or bw <= 0:
-        return None
-    flops, nbytes = p.flops or 0.0, p.bytes_total or 0.0
-    if flops <= 0:
-        return (nbytes / t) / bw if nbytes > 0 else None
-    if peak is None or peak <= 0:
-        return None
-    attainable = min(peak, flops / nbytes * bw) if nbytes > 0 else peak
-    return (flops / t) / attainable
-
-
-def _merge_times(times: list[dict]) -> dict | None:
-    """Merge the time statistics of several repetitions of one point.
-
-    Samples and means are pooled exactly (total mean and variance of all samples); the median is
-    the median of the repetitions' medians (the individual samples are not in the file). Blocks
-    that are identical (phasebench repeats the point's pooled statistics on every repetition's
-    entry) count once.
-    """
-    ts = [t for t in times if isinstance(t, dict) and _num(t.get("median_s")) is not None]
-    # phasebench writes the point's pooled statistics on every repetition's entry:
-    # identical blocks are one pool, not repetitions to pool again.
-    unique: dict[str, dict] = {}
-    for t in ts:
-        unique.setdefault(json.dumps(t, sort_keys=True), t)
-    ts = list(unique.values())
-    if not ts:
-        return None
-    if len(ts) == 1:
-        return dict(ts[0])
-    ns = [max(1, int(_num(t.get("samples")) or 1)) for t in ts]
-    means = [_num(t.get("mean_s")) or _num(t.get("median_s")) for t in ts]
-    sds = [_num(t.get("stddev_s")) or 0.0 for t in ts]
-    n = sum(ns)
-    mean = sum(k * m for k, m in zip(ns, means)) / n
-    ss = sum((k - 1) * s * s + k * (m - mean) ** 2 for k, m, s in zip(ns, means, sds))
-    sd = math.sqrt(ss / (n - 1)) if n > 1 else 0.0
-    meds = sorted(_num(t["median_s"]) for t in ts)
-    k = len(meds)
-    med = meds[k // 2] if k % 2 else 0.5 * (meds[k // 2 - 1] + meds[k // 2])
-    mins = [_num(t.get("min_s")) for t in ts if _num(t.get("min_s")) is not None]
-    maxs = [_num(t.get("max_s")) for t in ts if _num(t.get("max_s")) is not None]
-    return {"median_s": med, "mean_s": mean, "stddev_s": sd, "cv": sd / mean if mean else 0.0, "samples": n,
-            "min_s": min(mins) if mins else med, "max_s": max(maxs) if maxs else med,
-            "runs_per_sample": ts[0].get("runs_per_sample", 1), "repetitions": len(ts)}
-
-
 @dataclass
 class Results:
     path: str
@@ -271,6 +250,14 @@ class Results:
 
     def __post_init__(self):
         self.by_key = {p.key: p for p in self.points}
+        self._crossings = None  # schema 1: not recorded
+        if self.crossings_recorded:
+            rows = self.pb.get("decode_linear_crossings")
+            self._crossings = [_crossing(x) for x in rows if isinstance(x, dict)] if isinstance(rows, list) else []
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.pb.get("schema_version"))
 
     @property
     def device(self) -> dict:
@@ -347,6 +334,51 @@ class Results:
     def ok_points(self) -> list:
         return [p for p in self.points if p.ok]
 
+    # Decode-linear ridge crossings (recorded by `phasebench run` from schema 2 on) ------
+    @property
+    def crossings_recorded(self) -> bool:
+        return self.schema_version >= CROSSINGS_SCHEMA_VERSION
+
+    @property
+    def crossings_absent_text(self) -> str:
+        """What the tools show where a crossing would be, for a file that predates them."""
+        return f"not recorded in this file (schema {self.schema_version})"
+
+    @property
+    def decode_linear_crossings(self) -> list | None:
+        """context.phasebench.decode_linear_crossings: one dict per decode linear layer, or None (schema 1).
+
+        Each: layer, model, target, dtype, N, K, batches, measured {batch (or None), text,
+        peak_flops_per_s, bandwidth_bytes_per_s}, predicted {source: {batch (None: beyond
+        2^24), ridge_flop_per_byte}} for the sources present in the run, ceiling_used.
+        """
+        return self._crossings
+
+    def crossing(self, model: str, target: str, dtype: str) -> dict | None:
+        """The recorded crossing of one layer; None when not recorded."""
+        for x in self.decode_linear_crossings or []:
+            if (x["model"], x["target"], x["dtype"]) == (model, target, dtype):
+                return x
+        return None
+
+
+def _batch(v: Any) -> int | None:
+    x = _num(v)
+    return None if x is None else int(x)
+
+
+def _crossing(x: dict) -> dict:
+    """One recorded crossing with the shape the docstring above promises (numbers or None, sources in order)."""
+    m, pred = _obj(x.get("measured")), _obj(x.get("predicted"))
+    order = [s for s in CEILING_SOURCES if s in pred] + [s for s in pred if s not in CEILING_SOURCES]
+    return {**x, "model": str(x.get("model", "")), "target": str(x.get("target", "") or ""),
+            "dtype": str(x.get("dtype", "")), "batches": [b for b in map(_batch, x.get("batches") or []) if b is not None],
+            "measured": {**m, "batch": _batch(m.get("batch")), "text": str(m.get("text", "-")),
+                         "peak_flops_per_s": _num(m.get("peak_flops_per_s")),
+                         "bandwidth_bytes_per_s": _num(m.get("bandwidth_bytes_per_s"))},
+            "predicted": {s: {**_obj(pred[s]), "batch": _batch(_obj(pred[s]).get("batch")),
+                              "ridge_flop_per_byte": _num(_obj(pred[s]).get("ridge_flop_per_byte"))} for s in order}}
+
 
 def _check_json_text(path: str, text: str) -> Any:
     if not text.strip():
@@ -366,6 +398,41 @@ def _check_json_text(path: str, text: str) -> Any:
         raise ResultsError(path, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
 
 
+def _standing_entries(benches: list) -> list:
+    """[(entry that stands for the point or None, the point's entries that count)] per point, in file order.
+
+    The repetition rule of the module docstring: iteration entries of a point when it has
+    any, else its "median" aggregate; the last of them with a "phasebench" object stands.
+    """
+    order: list = []
+    iterations: dict = {}
+    medians: dict = {}
+    for i, b in enumerate(benches):
+        if not isinstance(b, dict):
+            continue
+        pid = b.get("run_name") or b.get("name") or f"#{i}"  # unnamed entries are points of their own
+        if pid not in iterations:
+            order.append(pid)
+            iterations[pid] = []
+        if b.get("run_type", "iteration") == "iteration":
+            iterations[pid].append(b)
+        elif b.get("aggregate_name") == "median":
+            medians[pid] = b
+    out = []
+    for pid in order:
+        counted = iterations[pid] or ([medians[pid]] if pid in medians else [])
+        if not counted:
+            continue  # aggregates other than the median only (mean, stddev, cv): nothing to read
+        standing = next((b for b in reversed(counted) if isinstance(b.get("phasebench"), dict)), None)
+        out.append((standing, counted))
+    return out
+
+
+def _versions_text() -> str:
+    v = [str(x) for x in SUPPORTED_SCHEMA_VERSIONS]
+    return f"version {v[0]}" if len(v) == 1 else f"versions {', '.join(v[:-1])} and {v[-1]}"
+
+
 def parse_results(doc: Any, path: str = "<results>") -> Results:
     """Validate a parsed results document; raises ResultsError with a clear message."""
     if not isinstance(doc, dict):
@@ -383,54 +450,40 @@ def parse_results(doc: Any, path: str = "<results>") -> Results:
                                  "it has no device, ceilings, FLOPs or bytes to compare; write results with "
                                  "`phasebench run --out FILE`, not a plain --benchmark_out")
     version = pb.get("schema_version")
-    if version not in SUPPORTED_SCHEMA_VERSIONS:
-        supported = ", ".join(str(v) for v in SUPPORTED_SCHEMA_VERSIONS)
+    if isinstance(version, bool) or version not in SUPPORTED_SCHEMA_VERSIONS:
         if version is None:
-            raise ResultsError(path, f"no schema_version in context.phasebench (this script reads version {supported})")
-        raise ResultsError(path, f"unknown schema version {version!r} (this script reads version {supported}); "
+            raise ResultsError(path, f"no schema_version in context.phasebench (this script reads {_versions_text()})")
+        raise ResultsError(path, f"unknown schema version {version!r} (this script reads {_versions_text()}); "
                                  f"update the scripts to the phasebench that wrote the file")
     warnings = []
     if pb.get("complete") is False:
         warnings.append(f"{path}: the run did not complete (interrupted or crashed); only the finished points are in it")
-    groups: dict[Key, Point] = {}
+    if version >= CROSSINGS_SCHEMA_VERSION and not isinstance(pb.get("decode_linear_crossings"), list):
+        warnings.append(f"{path}: schema {version} without a decode_linear_crossings list; no crossings to show")
+    points: list = []
     without = 0
-    # Google Benchmark aggregates (mean/median/stddev of repetitions) are skipped,
-    # except the median of a point whose repetitions were left out of the file
-    # (--benchmark_report_aggregates_only): it carries the point's fields.
-    iteration_names = {b.get("run_name") for b in benches
-                       if isinstance(b, dict) and b.get("run_type", "iteration") == "iteration"}
-    for b in benches:
-        if not isinstance(b, dict):
-            continue
-        if b.get("run_type", "iteration") != "iteration" and not (
-                b.get("aggregate_name") == "median" and b.get("run_name") not in iteration_names):
-            continue
-        e = b.get("phasebench")
-        if not isinstance(e, dict):
+    for standing, counted in _standing_entries(benches):
+        if standing is None:
             without += 1
             continue
+        e = standing["phasebench"]
         key = make_key(e)
-        name = str(b.get("run_name") or b.get("name") or key.label())
+        name = str(standing.get("run_name") or standing.get("name") or key.label())
         if name.endswith("/manual_time"):
             name = name[: -len("/manual_time")]
-        if key in groups:
-            groups[key].entries.append(b)
-        else:
-            groups[key] = Point(key=key, name=name, pb=e, entries=[b])
-    if not groups:
+        points.append(Point(key=key, name=name, pb=e, entries=counted))
+    if not points:
         if without:
             raise ResultsError(path, f"none of its {without} benchmark(s) has phasebench fields; "
                                      f"it was not written by `phasebench run`")
         raise ResultsError(path, "it contains no benchmark results (empty sweep, or the run stopped before the first point)")
     if without:
         warnings.append(f"{path}: {without} benchmark(s) without phasebench fields ignored")
-    points = list(groups.values())
+    seen: dict = {}
     for p in points:
-        times = [(x.get("phasebench") or {}).get("time") for x in p.entries]
-        ok_entries = [x for x in p.entries if (x.get("phasebench") or {}).get("status", "ok") == "ok"]
-        if ok_entries and ok_entries[0] is not p.entries[0]:
-            p.pb = ok_entries[0]["phasebench"]
-        p.time = _merge_times([t for t in times if t]) if p.status == "ok" else None
+        if p.key in seen:
+            warnings.append(f"{path}: {seen[p.key]} and {p.name} have the same parameters; only {p.name} is compared")
+        seen[p.key] = p.name
     return Results(path=path, context=ctx, pb=pb, points=points, warnings=warnings)
 
 

@@ -1,0 +1,262 @@
+"""One self-contained HTML page for a results file, or for a comparison of several
+(python/phasebench_tools/report.py).
+
+Run as `phasebench-report` or `.venv/bin/python scripts/report.py` (a thin wrapper):
+
+    phasebench-report a.json [b.json ...] [-o report.html]
+
+The page holds the device, the ceilings with their sources, the roofline and decode-linear
+plots (embedded as base64 PNG: no external file, script or font), the ridge crossings the run
+recorded (schema 2; a schema 1 file says they are not recorded) and every point; with several files also the comparison against the first (compare.py's tables) and the
+overlay plots. Unreadable files are listed on the page and make the exit status 2; the other
+files are still reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as _dt
+import html
+import io
+import os
+import sys
+
+from . import compare, roofline
+from . import results as pr
+
+CSS = """
+body { font-family: -apple-system, 'Segoe UI', 'DejaVu Sans', Arial, sans-serif; margin: 24px auto; max-width: 1500px;
+       color: #1b1b1b; background: #ffffff; padding: 0 16px; }
+h1 { font-size: 1.6em; border-bottom: 3px solid #d62728; padding-bottom: 6px; }
+h2 { font-size: 1.3em; margin-top: 1.8em; border-bottom: 1px solid #ccc; }
+h3 { font-size: 1.1em; margin-top: 1.4em; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 0.85em; }
+th, td { border: 1px solid #d0d0d0; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f0f0f3; }
+tr:nth-child(even) td { background: #fafafa; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.err { color: #a00000; background: #fff0f0; border-left: 4px solid #a00000; padding: 6px 10px; margin: 6px 0; }
+.warn { color: #7a5200; background: #fff8e6; border-left: 4px solid #e0a000; padding: 6px 10px; margin: 6px 0; }
+.reg { color: #a00000; font-weight: bold; }
+.good { color: #006400; }
+img.plot { max-width: 100%; border: 1px solid #ddd; margin: 6px 0; }
+code { background: #f3f3f3; padding: 1px 4px; }
+.small { font-size: 0.85em; color: #555; }
+"""
+
+
+def esc(v) -> str:
+    return html.escape("" if v is None else str(v))
+
+
+def table(header: list, rows: list, numeric: set | None = None) -> str:
+    numeric = numeric or set()
+    out = ["<table><thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr></thead><tbody>"]
+    for r in rows:
+        cells = []
+        for i, c in enumerate(r):
+            cls = ' class="num"' if i in numeric else ""
+            cells.append(f"<td{cls}>{c if isinstance(c, Raw) else esc(c)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+class Raw(str):
+    """Already-escaped HTML for a table cell."""
+
+
+def fig_img(fig, alt: str) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    roofline.plt.close(fig)
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return f'<img class="plot" alt="{esc(alt)}" src="data:image/png;base64,{data}">'
+
+
+def device_section(r: pr.Results) -> str:
+    d = r.device
+    rows = [["name", d.get("name")], ["backend", r.backend], ["slug", d.get("slug")]]
+    if d.get("memory_bytes"):
+        rows.append(["memory", f"{d['memory_bytes'] / 2**30:.1f} GiB"])
+    if d.get("cache_bytes"):
+        rows.append(["cache (L2 / LLC)", f"{d['cache_bytes'] / 2**20:.1f} MiB"])
+    spec = d.get("spec")
+    rows.append(["spec table entry", spec.get("name") if isinstance(spec, dict) else "none (no datasheet ceilings)"])
+    for k, v in d.items():
+        if k in ("name", "slug", "backend", "memory_bytes", "cache_bytes", "spec"):
+            continue
+        rows.append([k, v if not isinstance(v, (dict, list)) else ", ".join(f"{a}={b}" for a, b in v.items())
+                     if isinstance(v, dict) else ", ".join(map(str, v))])
+    rows += [["run date", r.date], ["complete", "yes" if r.complete else "NO (interrupted)"],
+             ["cache mode", r.pb.get("cache")], ["percentages use", f"{r.ceiling_used} ceilings"],
+             ["command", Raw(f"<code>{esc(r.pb.get('command_line', ''))}</code>")]]
+    return "<h3>Device</h3>" + table(["field", "value"], rows)
+
+
+def ceilings_section(r: pr.Results) -> str:
+    rows = []
+    for dt, lst in sorted(r.compute_ceilings().items()):
+        for c in lst:
+            rows.append(["compute", dt, pr.fmt_si(c["flops_per_s"], "FLOP/s"), c.get("source"), c.get("method", "")])
+    for c in r.bandwidth_ceilings():
+        rows.append(["bandwidth", "", pr.fmt_si(c["bytes_per_s"], "B/s"), c.get("source"), c.get("method", "")])
+    if not rows:
+        return "<h3>Ceilings</h3><p>No ceilings in this file (it was run with <code>--no-calibrate</code> on a " \
+               "device without a spec-table entry), so no fractions of roofline.</p>"
+    return "<h3>Ceilings</h3>" + table(["kind", "dtype", "value", "source", "method"], rows, {2})
+
+
+def crossings_section(r: pr.Results) -> str:
+    """The ridge crossings of the decode linear layers, as `phasebench run` recorded them."""
+    head = "<h3>Decode linear layers: where they cross the ridge</h3>"
+    rows = r.decode_linear_crossings
+    if rows is None:
+        return head + f"<p>Ridge crossings: {esc(r.crossings_absent_text)}.</p>"
+    if not rows:
+        return head + "<p>Ridge crossings: none recorded in this file.</p>"
+    srcs = [s for s in pr.CEILING_SOURCES if any(s in x["predicted"] for x in rows)]
+    header = ["layer", "dtype", "batches", "measured crossing"] + [f"predicted ({s} ceilings)" for s in srcs] + \
+        ["ceilings in use", "best FLOP/s", "best B/s"]
+    body = []
+    for x in rows:
+        m = x["measured"]
+        body.append([x.get("layer") or f"{x['model']}.{x['target']}", x["dtype"], ", ".join(map(pr.fmt_arg, x["batches"])),
+                     m["text"]] + [_predicted_cell(x["predicted"].get(s)) for s in srcs] +
+                    [x.get("ceiling_used") or "-", pr.fmt_si(m["peak_flops_per_s"], "FLOP/s"),
+                     pr.fmt_si(m["bandwidth_bytes_per_s"], "B/s")])
+    return (head + "<p class='small'>As recorded by <code>phasebench run</code>. Predicted: the smallest batch whose "
+            "intensity 2MNK / (wNK + aMK + aMN) reaches the ridge P/W. Measured: the batch where the layer's own "
+            "achieved roofline bends (intensity = best achieved FLOP/s / best achieved B/s).</p>" + table(header, body))
+
+
+def _predicted_cell(v: dict | None) -> str:
+    if v is None:
+        return "-"
+    ridge = v["ridge_flop_per_byte"]
+    return roofline.batch_text(v["batch"]) + ("" if ridge is None else f" (ridge {ridge:.4g} FLOP/B)")
+
+
+def points_section(r: pr.Results) -> str:
+    rows = []
+    for p in r.points:
+        t = p.time or {}
+        if p.ok:
+            rows.append([p.name, "ok", compare.fmt_time(p.median_s), compare.fmt_num(p.tflops), compare.fmt_num(p.gbps),
+                         compare.fmt_num(p.intensity), compare.fmt_pct(p.fraction), p.bound or "-",
+                         compare.fmt_pct(t.get("cv")), t.get("samples", "-"), ""])
+        else:
+            rows.append([p.name, p.status] + ["-"] * 8 + [p.message])
+    return f"<h3>Points ({len(r.points)})</h3>" + table(
+        ["point", "status", "median time", "TFLOP/s", "GB/s", "FLOP/B", "% roofline", "bound", "cv", "samples",
+         "message"], rows, {2, 3, 4, 5, 6, 8, 9})
+
+
+def file_section(r: pr.Results, label: str | None = None) -> str:
+    head = f"{label}: " if label else ""
+    out = [f"<h2>{esc(head)}{esc(r.device_name)} <span class='small'>({esc(os.path.basename(r.path))})</span></h2>"]
+    for w in r.warnings:
+        out.append(f"<div class='warn'>{esc(w)}</div>")
+    out.append(device_section(r))
+    out.append(ceilings_section(r))
+    out.append("<h3>Roofline</h3>")
+    out.append("<p class='small'>Log-log; ceilings: measured solid, datasheet dashed, theoretical dotted. Points at "
+               "(intensity, achieved FLOP/s from the median time), coloured by phase, marked by operation. 0-FLOP "
+               "operations (KV append) sit in the bandwidth-only panel on the right.</p>")
+    out.append(fig_img(roofline.roofline_figure([r]), f"roofline of {r.path}"))
+    if roofline.decode_linear_series(r):
+        out.append("<h3>Decode linear layers against batch</h3>")
+        out.append(fig_img(roofline.decode_linear_figure([r]), f"decode linear layers of {r.path}"))
+        out.append(crossings_section(r))
+    out.append(points_section(r))
+    return "\n".join(out)
+
+
+def comparison_section(cmp: dict, results: list) -> str:
+    out = ["<h2>Comparison against " + esc(cmp["reference"]) + "</h2>"]
+    out.append(table(["file", "path", "device", "backend", "date", "cache"],
+                     [[f["label"], f["path"], f["device"], f["backend"], f["date"], f["cache"]] for f in cmp["files"]]))
+    for w in cmp["warnings"]:
+        out.append(f"<div class='warn'>{esc(w)}</div>")
+    out.append("<h3>Per-phase summary (geometric means)</h3>")
+    out.append(table(*compare.summary_rows(cmp), numeric={3, 4, 5, 6}))
+    c = cmp["counts"]
+    out.append(f"<p>Against {esc(cmp['reference'])}: <b>{c['slower']}</b> significantly slower, <b>{c['faster']}</b> "
+               f"significantly faster, {c['unchanged']} not significant, {c['not_compared']} not compared "
+               f"(significance: {esc(cmp['significance'])}, alpha {cmp['alpha']:g}).</p>")
+    out.append("<h3>Roofline overlay</h3>")
+    out.append(fig_img(roofline.roofline_figure(results), "roofline overlay"))
+    if any(roofline.decode_linear_series(r) for r in results):
+        out.append("<h3>Decode linear layers, all files</h3>")
+        out.append(fig_img(roofline.decode_linear_figure(results), "decode linear overlay"))
+    header, rows = compare.point_rows(cmp)
+    out.append(f"<h3>Points ({len(cmp['points'])})</h3>")
+    out.append(table(header, rows, numeric={3, 4, 5, 6, 7, 8}))
+    if cmp["only_in_some"]:
+        out.append(f"<h3>Points not in every file ({len(cmp['only_in_some'])})</h3>")
+        out.append(table(["point", "in", "missing from"],
+                         [[o["name"], ", ".join(o["present_in"]), ", ".join(o["missing_from"])]
+                          for o in cmp["only_in_some"]]))
+    if cmp["status_changes"]:
+        out.append("<h3>Status changes</h3>")
+        out.append(table(["point", "file", "reference", "now", "message"],
+                         [[s["name"], s["file"], s["from"], s["to"], s.get("message", "")]
+                          for s in cmp["status_changes"]]))
+    return "\n".join(out)
+
+
+def build_report(results: list, errors: list, title: str | None = None) -> tuple[str, list]:
+    """(the HTML page, the error messages shown on it)."""
+    if title is None:
+        title = ("phasebench report: " + results[0].device_name if len(results) == 1 else
+                 "phasebench comparison: " + " vs ".join(r.device_name for r in results)) if results else \
+            "phasebench report"
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    body = [f"<h1>{esc(title)}</h1>",
+            f"<p class='small'>Generated {now} by phasebench-report from "
+            + ", ".join(f"<code>{esc(r.path)}</code>" for r in results) + ".</p>"]
+    all_errors = [str(e) for e in errors]
+    cmp = None
+    if len(results) > 1:
+        cmp = compare.build_comparison(results, errors)
+        all_errors += [e["message"] for e in cmp["errors"][len(errors):]]
+    for e in all_errors:
+        body.append(f"<div class='err'>error: {esc(e)}</div>")
+    notes = {r.pb.get("notes") for r in results if r.pb.get("notes")}
+    for n in notes:
+        body.append(f"<p class='small'>{esc(n)}</p>")
+    if cmp is not None:
+        body.append(comparison_section(cmp, results))
+    labels = pr.file_labels(len(results))
+    for lab, r in zip(labels, results):
+        body.append(file_section(r, lab if len(results) > 1 else None))
+    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{esc(title)}</title>"
+            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"), all_errors
+
+
+def main(argv: list | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Self-contained HTML report of phasebench results.")
+    ap.add_argument("files", nargs="+", metavar="FILE", help="results JSON written by `phasebench run`")
+    ap.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
+    ap.add_argument("--title", help="page title")
+    a = ap.parse_args(argv)
+    prog = ap.prog  # report.py from scripts/, phasebench-report as a console script
+    results, errors = pr.load_many(a.files)
+    for e in errors:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+    if not results:
+        print(f"{prog}: error: no readable results file; no report written", file=sys.stderr)
+        return 2
+    page, shown_errors = build_report(results, errors, a.title)
+    with open(a.output, "w", encoding="utf-8") as f:
+        f.write(page)
+    print(a.output)
+    for e in shown_errors[len(errors):]:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+    return 2 if shown_errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
