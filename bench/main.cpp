@@ -1,3 +1,5 @@
+// The phasebench program: dispatches to a subcommand (commands.hpp); any error that
+// reaches here is one line and a non-zero exit status, never a crash.
 #include <exception>
 #include <iostream>
 

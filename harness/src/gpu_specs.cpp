@@ -1,3 +1,5 @@
+// The GPU spec table (data/gpus.json, gpu_specs.hpp): loading, lookup by key or
+// driver name, and the datasheet ceilings of an entry.
 #include "phasebench/gpu_specs.hpp"
 
 #include <algorithm>

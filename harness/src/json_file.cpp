@@ -1,3 +1,5 @@
+// Reading JSON files with one-line errors naming the file and what is wrong
+// (json_file.hpp), and the required-field helpers of the config readers.
 #include "phasebench/json_file.hpp"
 
 #include <fstream>

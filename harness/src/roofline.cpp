@@ -1,3 +1,5 @@
+// Roofline placement (roofline.hpp): attainable rate, ridge, bound, fraction of
+// roofline, and the ceilings' choice by source.
 #include "phasebench/roofline.hpp"
 
 #include <algorithm>

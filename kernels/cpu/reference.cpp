@@ -1,3 +1,5 @@
+// Plain reference implementations (reference.hpp) every backend is verified
+// against, and the tolerance rules of those comparisons.
 #include "cpu/reference.hpp"
 
 #include <algorithm>

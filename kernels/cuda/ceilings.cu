@@ -1,3 +1,5 @@
+// The CUDA device's ceilings (ceilings.hpp): the streaming-read bandwidth and the
+// cuBLASLt GEMM peak measured, and the theoretical peaks from the device's facts.
 #include "cuda/ceilings.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// The whole layer's elementwise kernels (elementwise.hpp): RMSNorm, NeoX RoPE in
+// place on the fused qkv, and SiLU(gate) * up, in 16-bit storage with fp32 math.
 #include "cuda/elementwise.hpp"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// Verification of a linear layer's device output against reference::linear_element
+// (linear_verify.hpp), shared by cuBLASLt and our decode GEMV.
 #include "cuda/linear_verify.hpp"
 
 #include <algorithm>

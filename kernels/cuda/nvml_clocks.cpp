@@ -1,3 +1,5 @@
+// SM and memory clocks and throttle reasons through NVML (nvml_clocks.hpp), loaded
+// at run time so that a machine without the driver's library still runs.
 #include "cuda/nvml_clocks.hpp"
 
 #include <dlfcn.h>

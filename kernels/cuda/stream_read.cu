@@ -1,3 +1,5 @@
+// The streaming read (stream_read.hpp): every byte of a buffer read once in 16-byte
+// vectors and XOR-reduced, for the bandwidth ceiling and the cold-cache flush.
 #include "cuda/stream_read.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// The GPU spec table: every entry has its required parts and dense peaks, lookup by
+// driver name, datasheet ceilings carry their source, a malformed table is an input error.
 #include <gtest/gtest.h>
 
 #include "phasebench/error.hpp"

@@ -1,3 +1,5 @@
+// Roofline math: attainable rate and ridge, classification around the ridge,
+// fraction of roofline, predicted time, and the choice of ceilings by source.
 #include <gtest/gtest.h>
 
 #include "phasebench/error.hpp"
