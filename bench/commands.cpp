@@ -1,3 +1,5 @@
+// The phasebench subcommands (run, model, models, gpus, summary, overhead):
+// their flags (CLI11, the sweep axes from the operation declarations) and what each does.
 #include "commands.hpp"
 
 #include <fmt/format.h>
@@ -11,8 +13,10 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "backend.hpp"
+#include "crossings.hpp"
 #include "fixture.hpp"
 #include "phasebench/analytical.hpp"
 #include "phasebench/checked.hpp"
@@ -20,6 +24,7 @@
 #include "phasebench/gpu_specs.hpp"
 #include "phasebench/json_fields.hpp"
 #include "phasebench/model.hpp"
+#include "phasebench/ops/linear.hpp"
 #include "results.hpp"
 #include "overhead.hpp"
 #include "summary.hpp"
@@ -96,6 +101,160 @@ nlohmann::json device_json(const DeviceInfo& d) {
 
 }  // namespace
 
+namespace {
+
+// What `phasebench run` takes besides Google Benchmark's flags.
+struct RunFlags {
+  std::string backend = "auto", models = "llama-3.1-8b", dtypes, ops, out, cache = "cold", ceiling = "measured";
+  std::map<std::string, std::string> axes;  // axis key -> the flag's text (OpRegistry's axes)
+  std::vector<std::string> shapes;
+  bool no_calibrate = false, profile = false, no_blas = false, no_summary = false, no_paired_read = false,
+       verify_only = false;
+};
+
+std::string join_sizes(const std::vector<std::uint64_t>& v) {
+  std::string s;
+  for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+void add_run_flags(CLI::App& app, RunFlags& f) {
+  app.add_option("--backend", f.backend, "auto, cuda or cpu")->envname("PHASEBENCH_BACKEND");
+  app.add_option("--model", f.models,
+                 "short names or config.json paths, comma-separated (default llama-3.1-8b; on a GPU the attention "
+                 "benchmarks add llama-3.1-70b unless --model is given)")
+      ->envname("PHASEBENCH_MODEL");
+  app.add_option("--dtype", f.dtypes, "comma-separated: fp32, tf32, fp16, bf16, fp8 (default: bf16 on GPU, fp32 on CPU)")
+      ->envname("PHASEBENCH_DTYPE");
+  // The sweep axes the operations declare (harness/src/ops/), with their defaults.
+  for (const auto& a : OpRegistry::get().axes())
+    app.add_option(a.flag, f.axes[a.key],
+                   a.help + " (default: GPU " + join_sizes(a.gpu_default) + "; CPU " + join_sizes(a.cpu_default) + ")")
+        ->envname(a.env);
+  app.add_option("--shape", f.shapes, "free-form linear shape M,N,K (repeatable)");
+  std::string groups = "groups to run, comma-separated (default: all):";
+  for (const auto& g : OpRegistry::get().groups()) groups += "\n  " + g.name + ": " + g.help;
+  app.add_option("--ops", f.ops, groups)->envname("PHASEBENCH_OPS");
+  app.add_option("--out", f.out, "results file (default results/<device>/<UTC time>.json)");
+  app.add_option("--cache", f.cache, "cold (flush the last-level cache before each sample) or hot");
+  app.add_option("--roofline", f.ceiling, "ceilings the percentages use: measured or datasheet");
+  app.add_flag("--no-calibrate", f.no_calibrate, "skip measuring ceilings (percentages then use the datasheet)");
+  app.add_flag("--no-paired-read", f.no_paired_read,
+               "no streaming read before each sample of memory-bound points of >= 4x LLC (CPU backend; cold cache)");
+  app.add_flag("--no-blas", f.no_blas, "omit the vendor-library comparison rows next to our own kernels");
+  app.add_flag("--profile", f.profile, "run each selected point once between profiler start/stop, no statistics");
+  app.add_flag("--verify-only", f.verify_only,
+               "prepare every selected point and check it against its reference; time nothing, write no results file "
+               "(exit 1 when a result is wrong)");
+  app.add_flag("--no-summary", f.no_summary, "do not print the summary");
+}
+
+SweepConfig sweep_config(const RunFlags& f, bool models_given) {
+  SweepConfig cfg;
+  cfg.models.clear();
+  for (auto& m : CLI::detail::split(f.models, ',')) cfg.models.push_back(m);
+  cfg.models_given = models_given;
+  if (!f.dtypes.empty())
+    for (auto& d : CLI::detail::split(f.dtypes, ',')) cfg.dtypes.push_back(parse_dtype(d));
+  for (const auto& a : OpRegistry::get().axes()) {
+    const auto& text = f.axes.at(a.key);
+    if (text.empty()) continue;
+    auto v = parse_size_list(text, a.flag);
+    if (a.single && v.size() != 1) throw InputError(a.flag + " takes one value, got '" + text + "'");
+    cfg.axes.sizes[a.key] = std::move(v);
+  }
+  for (const auto& s : f.shapes) cfg.axes.shapes.push_back(parse_shape(s));
+  if (!f.ops.empty())
+    for (auto& g : CLI::detail::split(f.ops, ',')) cfg.groups.insert(g);
+  if (!cfg.axes.shapes.empty() && f.ops.empty()) cfg.groups = {"free"};  // --shape alone runs just those shapes
+  cfg.compare_blas = !f.no_blas;
+  for (const auto& m : cfg.models) load_model(m);  // unknown model: fail before choosing a device
+  return cfg;
+}
+
+// --profile: each selected point once, inside its NVTX range, between profiler start/stop.
+int profile_points(Backend& backend, const std::vector<const Point*>& points) {
+  int n = 0;
+  for (const Point* p : points) {
+    if (auto why_not = backend.cannot_run(p->request)) {
+      std::cerr << "phasebench: skip " << p->name << ": " << *why_not << "\n";
+      continue;
+    }
+    auto op = backend.prepare(p->request);
+    op->verify();
+    backend.profile(*op, p->name);
+    std::cout << "profiled " << p->name << "\n";
+    ++n;
+  }
+  std::cout << n << " point(s) profiled\n";
+  return 0;
+}
+
+// The results file's context: what ran, on what, how the numbers are meant.
+nlohmann::json run_context(const Backend& backend, const std::string& why, const RunFlags& f, int argc, char** argv) {
+  nlohmann::json pctx;
+  pctx["backend"] = backend.device().backend;
+  pctx["backend_choice"] = why;
+  pctx["device"] = device_json(backend.device());
+  pctx["cache"] = f.cache;
+  pctx["ceiling_used"] = f.ceiling;
+  pctx["notes"] = "FLOPs exclude softmax, RoPE and norms; bytes are the minimum traffic (each input read once, each output "
+                  "written once); times are the median of samples; fractions use ceiling_used ceilings, all sources in "
+                  "roofline_by_source.";
+  std::string cmdline;
+  for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
+  pctx["command_line"] = cmdline;
+  pctx["decode_linear_crossings"] = nlohmann::json::array();  // filled in when the sweep ends
+  pctx["beyond_caches_bytes"] = kBeyondCachesFactor * backend.device().cache_bytes;  // points' "beyond_caches"
+  return pctx;
+}
+
+// The read ceiling once more after the sweep: on a shared machine the bandwidth
+// can move while the sweep runs, and every fraction of the measured roofline with it.
+void check_bandwidth_again(Backend& backend, ResultsFile& file) {
+  const auto start = backend.ceilings().bandwidth_for(CeilingSource::measured);
+  if (!start || start->source != CeilingSource::measured) return;
+  std::cerr << "phasebench: measuring the read bandwidth again...\n";
+  if (const auto end = backend.remeasure_read_bandwidth()) {
+    file.set_phasebench_field("bandwidth_check", {{"start_bytes_per_s", start->value},
+                                                  {"end_bytes_per_s", *end},
+                                                  {"change", *end / start->value - 1.0},
+                                                  {"method", start->method}});
+    file.write();
+  }
+}
+
+// Calibrate, run every selected point through Google Benchmark into the results file, summarise.
+int measure(Backend& backend, const std::string& why, const RunFlags& f, const SweepConfig& cfg, BenchContext& ctx,
+            int argc, char** argv) {
+  if (auto no = backend.cannot_time())
+    throw InputError(*no + "; use --verify-only to check every point's result, or --backend=cpu to measure the CPU");
+  const std::string path = f.out.empty() ? default_results_path(source_root(), backend.device().slug) : f.out;
+  ResultsFile file(path, run_context(backend, why, f, argc, argv));  // fails now if the path is not writable
+  std::snprintf(g_interrupt_message, sizeof g_interrupt_message,
+                "\nphasebench: interrupted; results of the finished points are in %s\n", path.c_str());
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  if (!f.no_calibrate) {
+    std::cerr << "phasebench: measuring ceilings (--no-calibrate to skip)...\n";
+    backend.measure_ceilings(cfg.dtypes);
+  } else if (ctx.options().ceiling == CeilingSource::measured) {
+    std::cerr << "phasebench: --no-calibrate: percentages use the datasheet ceilings where known\n";
+  }
+  file.set_phasebench_field("ceilings", ceilings_json(backend.ceilings()));
+  TeeReporter reporter(file, ctx);
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  if (!f.no_calibrate) check_bandwidth_again(backend, file);
+  file.set_phasebench_field("decode_linear_crossings", decode_linear_crossings(file.document()));
+  file.write();
+  if (!f.no_summary) std::cout << summarize(file.document());
+  std::cout << "\nresults: " << path << "\n";
+  return 0;
+}
+
+}  // namespace
+
 int cmd_run(int argc, char** argv) {
   // Google Benchmark's own flags (--benchmark_filter, --benchmark_repetitions, ...)
   // pass through; a shorter default minimum time keeps the sweep to minutes.
@@ -112,46 +271,9 @@ int cmd_run(int argc, char** argv) {
   app.footer(
       "Google Benchmark flags pass through, e.g. --benchmark_filter=REGEX, --benchmark_repetitions=N,\n"
       "--benchmark_min_time=SECONDS (default here 0.1), --benchmark_enable_random_interleaving=true,\n"
-      "--benchmark_format=console|json|csv, --benchmark_counters_tabular=true.");
-  std::string backend_name = "auto", models = "llama-3.1-8b", dtypes, prefill_batches, prompts, decode_batches,
-              attention_batches, contexts, append_batches, prefill_attention_prompts, ops, out, cache = "cold",
-              ceiling = "measured";
-  std::vector<std::string> shapes;
-  std::uint64_t page_size = 16, append_context = 0;
-  bool no_calibrate = false, profile = false, no_blas = false, no_summary = false, no_paired_read = false,
-       verify_only = false;
-  app.add_option("--backend", backend_name, "auto, cuda or cpu")->envname("PHASEBENCH_BACKEND");
-  app.add_option("--model", models,
-                 "short names or config.json paths, comma-separated (default llama-3.1-8b; on a GPU the attention "
-                 "benchmarks add llama-3.1-70b unless --model is given)")
-      ->envname("PHASEBENCH_MODEL");
-  app.add_option("--dtype", dtypes, "comma-separated: fp32, tf32, fp16, bf16, fp8 (default: bf16 on GPU, fp32 on CPU)")
-      ->envname("PHASEBENCH_DTYPE");
-  app.add_option("--batches", prefill_batches, "prefill batch sizes, e.g. 1,4 or 1..16")->envname("PHASEBENCH_BATCHES");
-  app.add_option("--prompts", prompts, "prefill prompt lengths for the linear layers")->envname("PHASEBENCH_PROMPTS");
-  app.add_option("--decode-batches", decode_batches, "decode linear (GEMV) batch sizes")->envname("PHASEBENCH_DECODE_BATCHES");
-  app.add_option("--attention-batches", attention_batches, "decode attention batch sizes")
-      ->envname("PHASEBENCH_ATTENTION_BATCHES");
-  app.add_option("--contexts", contexts, "decode attention context lengths")->envname("PHASEBENCH_CONTEXTS");
-  app.add_option("--append-batches", append_batches, "KV append batch sizes")->envname("PHASEBENCH_APPEND_BATCHES");
-  app.add_option("--append-context", append_context, "cache length KV append writes into");
-  app.add_option("--prefill-attention-prompts", prefill_attention_prompts, "prompt lengths for prefill attention");
-  app.add_option("--shape", shapes, "free-form linear shape M,N,K (repeatable)");
-  app.add_option("--ops", ops, "groups to run: prefill_linear, decode_linear, decode_attention, kv_append, prefill_attention, layer, free")
-      ->envname("PHASEBENCH_OPS");
-  app.add_option("--page-size", page_size, "paged KV page size in tokens (multiple of 16)");
-  app.add_option("--out", out, "results file (default results/<device>/<UTC time>.json)");
-  app.add_option("--cache", cache, "cold (flush the last-level cache before each sample) or hot");
-  app.add_option("--roofline", ceiling, "ceilings the percentages use: measured or datasheet");
-  app.add_flag("--no-calibrate", no_calibrate, "skip measuring ceilings (percentages then use the datasheet)");
-  app.add_flag("--no-paired-read", no_paired_read,
-               "no streaming read before each sample of memory-bound points of >= 4x LLC (CPU backend; cold cache)");
-  app.add_flag("--no-blas", no_blas, "omit the vendor-library comparison rows next to our own kernels");
-  app.add_flag("--profile", profile, "run each selected point once between profiler start/stop, no statistics");
-  app.add_flag("--verify-only", verify_only,
-               "prepare every selected point and check it against its reference; time nothing, write no results file "
-               "(exit 1 when a result is wrong)");
-  app.add_flag("--no-summary", no_summary, "do not print the summary");
+      "--benchmark_format=console|json|csv, --benchmark_counters_tabular=true, --benchmark_list_tests.");
+  RunFlags f;
+  add_run_flags(app, f);
   try {
     app.parse(gb_argc, args.data());
   } catch (const CLI::ParseError& e) {
@@ -159,117 +281,33 @@ int cmd_run(int argc, char** argv) {
   }
 
   try {
-    if (cache != "cold" && cache != "hot") throw InputError("--cache must be cold or hot, got '" + cache + "'");
+    if (f.cache != "cold" && f.cache != "hot") throw InputError("--cache must be cold or hot, got '" + f.cache + "'");
     RunOptions ropts;
-    ropts.cold_cache = cache == "cold";
-    ropts.paired_read = !no_paired_read;
-    ropts.ceiling = parse_ceiling_source(ceiling);
+    ropts.cold_cache = f.cache == "cold";
+    ropts.paired_read = !f.no_paired_read;
+    ropts.ceiling = parse_ceiling_source(f.ceiling);
     if (ropts.ceiling == CeilingSource::theoretical) throw InputError("--roofline takes measured or datasheet");
-    SweepConfig cfg;
-    cfg.models.clear();
-    for (auto& m : CLI::detail::split(models, ',')) cfg.models.push_back(m);
-    cfg.models_given = app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr;
-    if (!dtypes.empty())
-      for (auto& d : CLI::detail::split(dtypes, ',')) cfg.dtypes.push_back(parse_dtype(d));
-    if (!prefill_batches.empty()) cfg.prefill_batches = parse_size_list(prefill_batches, "--batches");
-    if (!prompts.empty()) cfg.prompts = parse_size_list(prompts, "--prompts");
-    if (!decode_batches.empty()) cfg.decode_batches = parse_size_list(decode_batches, "--decode-batches");
-    if (!attention_batches.empty()) cfg.attention_batches = parse_size_list(attention_batches, "--attention-batches");
-    if (!contexts.empty()) cfg.contexts = parse_size_list(contexts, "--contexts");
-    if (!append_batches.empty()) cfg.append_batches = parse_size_list(append_batches, "--append-batches");
-    if (!prefill_attention_prompts.empty())
-      cfg.prefill_attention_prompts = parse_size_list(prefill_attention_prompts, "--prefill-attention-prompts");
-    cfg.append_context = append_context;
-    for (const auto& s : shapes) cfg.free_shapes.push_back(parse_shape(s));
-    if (!ops.empty())
-      for (auto& g : CLI::detail::split(ops, ',')) cfg.groups.insert(g);
-    if (!cfg.free_shapes.empty() && ops.empty()) cfg.groups = {"free"};  // --shape alone runs just those shapes
-    cfg.page_size = page_size;
-    cfg.compare_blas = !no_blas;
-    for (const auto& m : cfg.models) load_model(m);  // unknown model: fail before choosing a device
+    SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr);
 
     std::string why;
-    auto backend = make_backend(backend_name, &why);
+    auto backend = make_backend(f.backend, &why);
     std::cerr << "phasebench: " << why << "\n";
     apply_defaults(cfg, *backend);
     const auto points = build_sweep(cfg, *backend);
     if (points.empty()) throw InputError("the sweep is empty: no selected operation is implemented by this backend for these dtypes");
-
-    BenchContext ctx(*backend, ropts);
-    register_points(ctx, points);
-
-    if (verify_only) {
-      const auto c = verify_points(*backend, select_points(points, benchmark_filter(argc, argv)), std::cout);
-      return c.wrong + c.errors > 0 ? 1 : 0;
-    }
-    if (profile) {
-      // One run per selected point, inside its NVTX range, between profiler start/stop.
-      int n = 0;
-      for (const Point* pp : select_points(points, benchmark_filter(argc, argv))) {
-        const Point& p = *pp;
-        if (auto why_not = backend->cannot_run(p.request)) {
-          std::cerr << "phasebench: skip " << p.name << ": " << *why_not << "\n";
-          continue;
-        }
-        auto op = backend->prepare(p.request);
-        op->verify();
-        backend->profile(*op, p.name);
-        std::cout << "profiled " << p.name << "\n";
-        ++n;
-      }
-      std::cout << n << " point(s) profiled\n";
+    const auto selected = select_points(points, benchmark_filter(argc, argv));
+    if (has_flag(argc, argv, "--benchmark_list_tests") && !has_flag(argc, argv, "--benchmark_list_tests=false")) {
+      for (const Point* p : selected) std::cout << p->name << "/manual_time\n";  // as Google Benchmark lists them
       return 0;
     }
-
-    if (auto no = backend->cannot_time())
-      throw InputError(*no + "; use --verify-only to check every point's result, or --backend=cpu to measure the CPU");
-    const std::string path = out.empty() ? default_results_path(source_root(), backend->device().slug) : out;
-    nlohmann::json pctx;
-    pctx["backend"] = backend->device().backend;
-    pctx["backend_choice"] = why;
-    pctx["device"] = device_json(backend->device());
-    pctx["cache"] = cache;
-    pctx["ceiling_used"] = ceiling;
-    pctx["notes"] = "FLOPs exclude softmax, RoPE and norms; bytes are the minimum traffic (each input read once, each output "
-                    "written once); times are the median of samples; fractions use ceiling_used ceilings, all sources in "
-                    "roofline_by_source.";
-    std::string cmdline;
-    for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
-    pctx["command_line"] = cmdline;
-    ResultsFile file(path, pctx);  // fails now if the path is not writable
-    std::snprintf(g_interrupt_message, sizeof g_interrupt_message,
-                  "\nphasebench: interrupted; results of the finished points are in %s\n", path.c_str());
-    std::signal(SIGINT, on_interrupt);
-    std::signal(SIGTERM, on_interrupt);
-
-    if (!no_calibrate) {
-      std::cerr << "phasebench: measuring ceilings (--no-calibrate to skip)...\n";
-      backend->measure_ceilings(cfg.dtypes);
-    } else if (ropts.ceiling == CeilingSource::measured) {
-      std::cerr << "phasebench: --no-calibrate: percentages use the datasheet ceilings where known\n";
+    if (f.verify_only) {
+      const auto c = verify_points(*backend, selected, std::cout);
+      return c.wrong + c.errors > 0 ? 1 : 0;
     }
-    file.set_phasebench_field("ceilings", ceilings_json(backend->ceilings()));
-    TeeReporter reporter(file, ctx);
-    benchmark::RunSpecifiedBenchmarks(&reporter);
-    benchmark::Shutdown();
-    if (!no_calibrate) {
-      // The read ceiling once more: on a shared machine the bandwidth can move
-      // while the sweep runs, and every fraction of the measured roofline with it.
-      const auto start = backend->ceilings().bandwidth_for(CeilingSource::measured);
-      if (start && start->source == CeilingSource::measured) {
-        std::cerr << "phasebench: measuring the read bandwidth again...\n";
-        if (const auto end = backend->remeasure_read_bandwidth()) {
-          file.set_phasebench_field("bandwidth_check", {{"start_bytes_per_s", start->value},
-                                                        {"end_bytes_per_s", *end},
-                                                        {"change", *end / start->value - 1.0},
-                                                        {"method", start->method}});
-          file.write();
-        }
-      }
-    }
-    if (!no_summary) std::cout << summarize(file.document());
-    std::cout << "\nresults: " << path << "\n";
-    return 0;
+    if (f.profile) return profile_points(*backend, selected);
+    BenchContext ctx(*backend, ropts);
+    register_points(ctx, points);
+    return measure(*backend, why, f, cfg, ctx, argc, argv);
   } catch (const InputError& e) {
     return input_error(e.what());
   }
@@ -396,11 +434,10 @@ int cmd_overhead(int argc, char** argv) {
     std::cerr << "phasebench: " << why << "\n";
     if (auto no = backend->cannot_time()) throw InputError("overhead: " + *no);
     const bool gpu = backend->device().backend != "cpu";
-    OpRequest r;
-    r.kind = OpKind::linear;
-    r.impl = Impl::blas;
-    r.dtype = dtype_text.empty() ? (gpu ? DType::bf16 : DType::fp32) : parse_dtype(dtype_text);
-    r.linear = shape_text.empty() ? (gpu ? LinearShape{8192, 8192, 8192} : LinearShape{256, 4096, 4096}) : parse_shape(shape_text);
+    const LinearShape shape =
+        shape_text.empty() ? (gpu ? LinearShape{8192, 8192, 8192} : LinearShape{256, 4096, 4096}) : parse_shape(shape_text);
+    const OpRequest r =
+        linear_request(shape, dtype_text.empty() ? (gpu ? DType::bf16 : DType::fp32) : parse_dtype(dtype_text), Impl::blas);
     if (auto no = backend->cannot_run(r)) throw InputError("overhead check cannot run: " + *no);
     auto op = backend->prepare(r);
     op->verify();
@@ -432,7 +469,7 @@ int cmd_overhead(int argc, char** argv) {
       timed.push_back(std::move(o));
     }
     const auto c = compare_overhead(timed);
-    std::cout << fmt::format("operation: linear M={} N={} K={} {} ({})\n", r.linear.M, r.linear.N, r.linear.K,
+    std::cout << fmt::format("operation: linear M={} N={} K={} {} ({})\n", shape.M, shape.N, shape.K,
                              to_string(r.dtype), backend->device().name);
     std::cout << fmt::format("{} rounds, each {} back-to-back calls and {} harness samples, order alternating\n", c.rounds,
                              reps, reps);

@@ -1,3 +1,6 @@
+// The Google Benchmark fixture every point runs through: prepare and verify once,
+// time each sample through the backend (cold or hot cache, paired reads), and the
+// point's structured JSON (cost, time statistics, roofline placement, layer step times).
 #include "fixture.hpp"
 
 #include <algorithm>
@@ -7,6 +10,7 @@
 #include "phasebench/analytical.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/json_fields.hpp"
+#include "phasebench/ops/layer.hpp"
 
 namespace phasebench {
 
@@ -37,68 +41,68 @@ const Point* BenchContext::point(const std::string& name) const {
   return it == points_.end() ? nullptr : &it->second;
 }
 
-bool BenchContext::pairs_reads(const OpRequest& r) const {
+bool beyond_caches(std::uint64_t bytes, std::uint64_t cache_bytes) {
+  return cache_bytes > 0 && bytes / kBeyondCachesFactor >= cache_bytes;
+}
+
+bool BenchContext::pairs_reads(const Point& p) const {
   if (!opts_.paired_read || !opts_.cold_cache) return false;  // a read before a hot sample would evict its data
-  const auto llc = backend_.device().cache_bytes;
-  const auto cost = r.cost();
-  if (llc == 0 || cost.bytes.total() < 4 * llc) return false;  // smaller points are served partly by the caches
+  const auto& cost = p.cost;
+  const auto& r = p.request;
+  // Smaller points are served partly by the caches.
+  if (!beyond_caches(cost.bytes.total(), backend_.device().cache_bytes)) return false;
   const auto ceil = backend_.ceilings();
   const auto P = ceil.compute_for(r.dtype, opts_.ceiling);
   const auto W = ceil.bandwidth_for(opts_.ceiling);
   return P && W && cost.intensity() < P->value / W->value;
 }
 
-void BenchContext::run(benchmark::State& st, const Point& p) {
-  auto& out = outcomes_[p.name];
-  // Prepare (allocate, fill, verify, warm up) once per point, outside timing.
-  if (current_ != p.name) {
+void BenchContext::prepare_point(const Point& p, PointOutcome& out) {
+  op_.reset();
+  current_ = p.name;
+  prepare_error_.clear();
+  // A point prepared again (Google Benchmark's random interleaving comes back to
+  // it once per repetition) keeps the samples it has: one point, one pool.
+  auto kept = std::move(out.samples);
+  auto kept_fraction = std::move(out.paired_fraction);
+  auto kept_read = std::move(out.paired_read);
+  out = PointOutcome{};
+  out.samples = std::move(kept);
+  out.paired_fraction = std::move(kept_fraction);
+  out.paired_read = std::move(kept_read);
+  try {
+    if (auto why = backend_.cannot_run(p.request)) throw Unsupported(*why);
+    op_ = backend_.prepare(p.request);
+    op_->verify();  // runs once; a wrong result is an error, never a number
+    op_->run();     // warm-up
+  } catch (const Unsupported& e) {
     op_.reset();
-    current_ = p.name;
-    prepare_error_.clear();
-    // A point prepared again (Google Benchmark's random interleaving comes back to
-    // it once per repetition) keeps the samples it has: one point, one pool.
-    auto kept = std::move(out.samples);
-    auto kept_fraction = std::move(out.paired_fraction);
-    auto kept_read = std::move(out.paired_read);
-    out = PointOutcome{};
-    out.samples = std::move(kept);
-    out.paired_fraction = std::move(kept_fraction);
-    out.paired_read = std::move(kept_read);
-    try {
-      if (auto why = backend_.cannot_run(p.request)) throw Unsupported(*why);
-      op_ = backend_.prepare(p.request);
-      op_->verify();  // runs once; a wrong result is an error, never a number
-      op_->run();     // warm-up
-    } catch (const Unsupported& e) {
-      op_.reset();
-      out.status = "skipped";
-      out.message = e.what();
-    } catch (const VerificationError& e) {
-      op_.reset();
-      out.status = "error";
-      out.message = std::string("verification failed: ") + e.what();
-    } catch (const std::exception& e) {
-      op_.reset();
-      out.status = "error";
-      out.message = e.what();
-    }
-    if (!op_) {
-      prepare_error_ = out.status + ": " + out.message;
-      out.samples.clear();
-    }
+    out.status = "skipped";
+    out.message = e.what();
+  } catch (const VerificationError& e) {
+    op_.reset();
+    out.status = "error";
+    out.message = std::string("verification failed: ") + e.what();
+  } catch (const std::exception& e) {
+    op_.reset();
+    out.status = "error";
+    out.message = e.what();
   }
   if (!op_) {
-    st.SkipWithError(prepare_error_.c_str());
-    return;
+    prepare_error_ = out.status + ": " + out.message;
+    out.samples.clear();
   }
+}
+
+bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutcome& out) {
   // Every timed sample of the point is kept, across Google Benchmark's calls
   // (its iteration-count estimation and each repetition): all are timings of
   // the same prepared, verified and warmed-up operation.
   TimingOptions topts;
   topts.cold_cache = opts_.cold_cache;
   topts.range_name = p.name;
-  const bool pair = pairs_reads(p.request);
-  const double point_bytes = static_cast<double>(p.request.cost().bytes.total());
+  const bool pair = pairs_reads(p);
+  const double point_bytes = static_cast<double>(p.cost.bytes.total());
   try {
     backend_.throttled_since_last_check();  // reset the flag for this call
     for (auto _ : st) {
@@ -123,11 +127,15 @@ void BenchContext::run(benchmark::State& st, const Point& p) {
     op_.reset();
     prepare_error_ = "error: " + out.message;
     st.SkipWithError(prepare_error_.c_str());
-    return;
+    return false;
   }
   out.status = "ok";
-  // Counters from the median sample, computed by the harness's formulas.
-  const auto cost = p.request.cost();
+  return true;
+}
+
+void BenchContext::set_counters(benchmark::State& st, const Point& p, const PointOutcome& out) const {
+  // From the median sample, by the harness's formulas.
+  const auto& cost = p.cost;
   const auto stats = stats_of(out.samples);
   const double flops = static_cast<double>(cost.flops), bytes = static_cast<double>(cost.bytes.total());
   const auto ceil = backend_.ceilings();
@@ -146,6 +154,17 @@ void BenchContext::run(benchmark::State& st, const Point& p) {
   } else if (W) {
     st.counters["roofline"] = bytes / stats.median / W->value;
   }
+}
+
+void BenchContext::run(benchmark::State& st, const Point& p) {
+  auto& out = outcomes_[p.name];
+  // Prepare (allocate, fill, verify, warm up) once per point, outside timing.
+  if (current_ != p.name) prepare_point(p, out);
+  if (!op_) {
+    st.SkipWithError(prepare_error_.c_str());
+    return;
+  }
+  if (time_samples(st, p, out)) set_counters(st, p, out);
 }
 
 namespace {
@@ -259,7 +278,7 @@ nlohmann::json BenchContext::layer_json(const Point& p, double measured_layer_s)
   // prediction): q, k and v are copied out of the fused qkv buffer (one read
   // and one write of it), because the attention kernels take packed q, k, v.
   const auto M = step.batch * step.new_tokens;
-  const auto qkv_elems = M * (r.layer.heads + 2 * r.layer.kv_heads) * r.layer.head_dim;
+  const auto qkv_elems = M * (r.shape["Hq"] + 2 * r.shape["Hkv"]) * r.shape["D"];
   j["unmodelled_bytes"] = {{"qkv_split", 2 * qkv_elems * element_bytes(r.dtype)}};
   j["excluded"] = "embedding gather and final norm (measured and predicted alike); residual adds (not in layer_ops)";
   return j;
@@ -269,31 +288,21 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
   const Point* p = point(name);
   if (!p) return nullptr;
   const PointOutcome* o = outcome(name);
-  const auto cost = p->request.cost();
+  const auto& cost = p->cost;
   nlohmann::json j;
   j["phase"] = p->phase;
   j["op"] = p->op;
-  j["op_kind"] = to_string(p->request.kind);
+  j["op_kind"] = p->request.kind;
   j["model"] = p->model;
   j["target"] = p->target;
   j["dtype"] = to_string(p->request.dtype);
   j["impl"] = to_string(p->request.impl);
   j["args"] = p->args;
-  LayerOp shape_holder;
-  shape_holder.kind = p->request.kind;
-  shape_holder.linear = p->request.linear;
-  shape_holder.attention = p->request.attention;
-  shape_holder.prefill = p->request.prefill;
-  shape_holder.append = p->request.append;
-  j["shape"] = shape_json(shape_holder);
-  if (p->request.kind == OpKind::layer) {
-    const auto& d = p->request.layer;
-    const auto st = layer_step(p->request);
-    j["shape"] = {{"phase", to_string(st.phase)}, {"B", st.batch}, {"S", st.new_tokens}, {"L", st.context},
-                  {"h", d.hidden}, {"I", d.intermediate}, {"Hq", d.heads}, {"Hkv", d.kv_heads}, {"D", d.head_dim}};
-  }
+  const auto& decl = OpRegistry::get().op(p->request.kind);
+  j["shape"] = decl.shape_json ? decl.shape_json(p->request) : p->request.shape.to_json();
   j["flops"] = cost.flops;
   j["bytes"] = bytes_json(cost.bytes);
+  j["beyond_caches"] = beyond_caches(cost.bytes.total(), backend_.device().cache_bytes);
   j["intensity"] = finite_or_null(cost.intensity());
   j["cache"] = opts_.cold_cache ? "cold" : "hot";
   j["status"] = o ? o->status : "not run";
@@ -307,7 +316,7 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
   j["gbps"] = finite_or_null(bytes / s.median / 1e9);
   j["throttled"] = o->throttled;
   j["clocks"] = o->clocks;
-  if (p->request.kind == OpKind::layer) j["layer"] = layer_json(*p, s.median);
+  if (p->request.kind == kLayer) j["layer"] = layer_json(*p, s.median);
   const auto ceil = backend_.ceilings();
   nlohmann::json all = nlohmann::json::object();
   for (auto src : {CeilingSource::measured, CeilingSource::datasheet, CeilingSource::theoretical}) {

@@ -30,11 +30,18 @@ struct PointOutcome {
   std::vector<double> paired_read;  // the reads' bytes/s
 };
 
+// A point that moves at least this many times the device's last-level cache is
+// "beyond the caches": what it reads comes from memory, whatever the replacement
+// policy left behind (results: each point's "beyond_caches"; the CPU targets and
+// the paired reads count only these).
+inline constexpr std::uint64_t kBeyondCachesFactor = 4;
+bool beyond_caches(std::uint64_t bytes, std::uint64_t cache_bytes);
+
 struct RunOptions {
   bool cold_cache = true;
   CeilingSource ceiling = CeilingSource::measured;
   // Time a streaming read before every sample of memory-bound points that move
-  // at least 4x the last-level cache (cold cache only; where the backend can).
+  // beyond the caches (cold cache only; where the backend can).
   bool paired_read = true;
 };
 
@@ -54,7 +61,13 @@ class BenchContext {
 
  private:
   // Whether samples of this point get a paired read (see RunOptions::paired_read).
-  bool pairs_reads(const OpRequest& r) const;
+  bool pairs_reads(const Point& p) const;
+  // The steps of run(): prepare, verify and warm up a point once (keeping the
+  // samples it has); time Google Benchmark's iterations into its pool (false on
+  // an error); the counters and label of the median sample.
+  void prepare_point(const Point& p, PointOutcome& out);
+  bool time_samples(benchmark::State& st, const Point& p, PointOutcome& out);
+  void set_counters(benchmark::State& st, const Point& p, const PointOutcome& out) const;
   // The "layer" block of a whole-layer point (measured and predicted step times).
   nlohmann::json layer_json(const Point& p, double measured_layer_s) const;
   Backend& backend_;

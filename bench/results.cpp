@@ -1,3 +1,5 @@
+// The results file (results.hpp): written by write-then-rename after every point,
+// the console-and-file reporter, and the loader that checks a file before use.
 #include "results.hpp"
 
 #include <chrono>
@@ -175,10 +177,11 @@ nlohmann::json load_results(const std::string& path) {
     throw InputError("results file '" + path +
                      "' has no context.phasebench: a plain Google Benchmark file, not written by phasebench");
   const auto& pb = j.at("context").at("phasebench");
-  if (!pb.contains("schema_version") || pb.at("schema_version") != kResultsSchemaVersion)
-    throw InputError("results file '" + path + "' has schema version " +
-                     (pb.contains("schema_version") ? pb.at("schema_version").dump() : std::string("(none)")) +
-                     "; this phasebench reads version " + std::to_string(kResultsSchemaVersion));
+  const auto& v = pb.contains("schema_version") ? pb.at("schema_version") : nlohmann::json();
+  if (!v.is_number_integer() || v.get<int>() < kOldestReadableSchemaVersion || v.get<int>() > kResultsSchemaVersion)
+    throw InputError("results file '" + path + "' has schema version " + (v.is_null() ? std::string("(none)") : v.dump()) +
+                     "; this phasebench reads versions " + std::to_string(kOldestReadableSchemaVersion) + " to " +
+                     std::to_string(kResultsSchemaVersion));
   return j;
 }
 

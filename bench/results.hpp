@@ -13,7 +13,10 @@
 
 namespace phasebench {
 
-inline constexpr int kResultsSchemaVersion = 1;
+// 2: context.phasebench.decode_linear_crossings (crossings.hpp). Version 1 files
+// are still read (their crossings are computed when summarised).
+inline constexpr int kResultsSchemaVersion = 2;
+inline constexpr int kOldestReadableSchemaVersion = 1;
 
 class ResultsFile {
  public:

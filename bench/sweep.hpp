@@ -1,25 +1,18 @@
 #pragma once
-// Sweeps declared as data: from a model's shapes and the axes (batch, prompt,
-// context, dtype) build the list of benchmark points, each with its name (a
-// path, DESIGN.md "Names"), its structured parameters and the OpRequest the
-// backend prepares.
+// Sweeps declared as data: the operations' sweep groups (phasebench/op.hpp, one
+// file per operation in harness/src/ops/) make the points of each model and
+// dtype from the axes' values, each with its name (a path, docs/design.md
+// "Names"), its structured args, its request and its cost.
 #include <cstdint>
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "backend.hpp"
 #include "phasebench/model.hpp"
+#include "phasebench/op.hpp"
 
 namespace phasebench {
-
-// The groups of benchmarks a sweep can contain.
-inline const std::vector<std::string>& sweep_groups() {
-  static const std::vector<std::string> g{"prefill_linear", "decode_linear", "decode_attention", "kv_append",
-                                          "prefill_attention", "layer", "free"};
-  return g;
-}
 
 struct SweepConfig {
   std::vector<std::string> models{"llama-3.1-8b"};
@@ -28,40 +21,24 @@ struct SweepConfig {
   // (4 and 8 query heads per KV head).
   std::vector<std::string> attention_models;
   bool models_given = false;  // --model (or PHASEBENCH_MODEL) was set
-  std::vector<DType> dtypes;                   // empty: the backend's default
-  std::vector<std::uint64_t> prefill_batches;  // prefill linear and attention
-  std::vector<std::uint64_t> prompts;
-  std::vector<std::uint64_t> decode_batches;     // decode linear (GEMV) rows
-  std::vector<std::uint64_t> attention_batches;  // decode attention
-  std::vector<std::uint64_t> contexts;           // decode attention
-  std::vector<std::uint64_t> append_batches;     // KV append
-  std::uint64_t append_context = 0;              // cache length KV append writes into
-  std::vector<std::uint64_t> prefill_attention_prompts;
-  std::vector<LinearShape> free_shapes;  // --shape M,N,K
-  std::set<std::string> groups;          // empty: every group with points
-  std::uint64_t page_size = 16;
-  bool compare_blas = true;  // put the vendor-library row beside our own kernels
+  std::vector<DType> dtypes;  // empty: the backend's default
+  std::set<std::string> groups;  // empty: every group with points
+  bool compare_blas = true;      // put the vendor-library row beside our own kernels
+  AxisValues axes;               // from flags; apply_defaults fills the rest
 };
 
-// The backend's default axes (the CPU's finish in a few minutes on 2 cores; the
-// GPU's in a few minutes on one GPU), filled into empty fields of `c`.
+// The backend's defaults (the CPU's sweep finishes in a few minutes on 2 cores;
+// the GPU's in a few minutes on one GPU) for what `c` leaves empty, and each
+// axis's check of its values.
 void apply_defaults(SweepConfig& c, const Backend& backend);
 
-struct Point {
-  std::string name;    // e.g. decode/gemv/llama-3.1-8b.down_proj/bf16/batch:8/impl:own
-  std::string phase;   // prefill | decode | free
-  std::string op;      // linear | gemv | attention | attention_paged | kv_append | kv_append_paged
-  std::string model;   // short name, or "custom" for free-form shapes
-  std::string target;  // projection name (qkv_proj, ...) or empty
-  std::map<std::string, std::uint64_t> args;  // batch, prompt, context, page_size; layer: + layers, vocab
-  OpRequest request;
-};
-
-// Every point of the sweep that the backend implements. Shapes that cannot run
-// (e.g. do not fit) stay in the list: the fixture skips them with the reason.
+// Every point of the sweep that the backend implements and that applies (our
+// GEMV for small batches). Points that cannot run (e.g. do not fit) stay in the
+// list: the fixture skips them with the reason.
 std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend);
 
-// "1,2,4" or "1-256" (powers of two) or "64..4096" (powers of two); throws InputError.
+// "1,2,4", "1..256" or "1-256" (every power of two from the first bound up to the
+// second); throws InputError naming `flag`.
 std::vector<std::uint64_t> parse_size_list(const std::string& text, const std::string& flag);
 LinearShape parse_shape(const std::string& text);
 

@@ -1,22 +1,26 @@
 #pragma once
 // The seam between the benchmarks and the hardware. A backend owns memory,
 // random fill, the operations, the timer, the device description and its
-// ceilings; the fixtures in bench/ only describe what to run (an OpRequest) and
-// never know which backend runs it. The CPU backend is the first backend, the
-// CUDA backend the second; neither is a special case.
+// ceilings; the fixtures in bench/ only describe what to run (an OpRequest,
+// phasebench/op.hpp) and never know which backend runs it. The CPU backend is
+// the first backend, the CUDA backend the second; neither is a special case.
+// Each backend implements operations by kind: an operation's file next to its
+// kernel registers an OpImpl (OpImpls below), and the backend looks it up.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "phasebench/dtype.hpp"
 #include "phasebench/gpu_specs.hpp"
-#include "phasebench/model.hpp"
+#include "phasebench/op.hpp"
 #include "phasebench/roofline.hpp"
-#include "phasebench/workload.hpp"
 
 namespace phasebench {
 
@@ -30,60 +34,6 @@ struct DeviceInfo {
   std::optional<GpuSpec> spec;        // the matched datasheet entry; empty when unknown
   nlohmann::json details = nlohmann::json::object();  // architecture, SMs, clocks, versions, ...
 };
-
-// Which implementation of an operation: the backend's own kernel or a vendor
-// library, so a sweep can put them side by side.
-enum class Impl { own, blas };  // blas = OpenBLAS on the CPU, cuBLAS/cuBLASLt on CUDA
-std::string_view to_string(Impl i);
-Impl parse_impl(std::string_view s);
-
-// A whole transformer layer's dimensions (OpKind::layer), from a ModelConfig.
-struct LayerDims {
-  std::uint64_t hidden = 0;        // h
-  std::uint64_t intermediate = 0;  // I
-  std::uint64_t heads = 0;         // Hq
-  std::uint64_t kv_heads = 0;      // Hkv
-  std::uint64_t head_dim = 0;      // D
-  int norms_per_layer = 2;         // 4 = gemma2's sandwich norms (changes layer_ops)
-  static LayerDims of(const ModelConfig& m);
-};
-
-// What to prepare: the operation, its shape and element type. Declared as data,
-// like an nvbench state; bench/ builds these from the sweep axes.
-struct OpRequest {
-  OpKind kind = OpKind::linear;
-  DType dtype = DType::bf16;  // weights+activations (linear); KV cache+activations (attention, append)
-  Impl impl = Impl::own;
-  LinearShape linear;               // linear: Y[M,N] = X[M,K] W^T
-  AttentionShape attention;         // decode attention, contiguous or paged
-  PrefillAttentionShape prefill;    // prefill attention
-  KvAppendShape append;             // KV append: write S tokens at position `append_at`
-  std::uint64_t append_capacity = 0;  // cache length (tokens) that KV append writes into
-  std::uint64_t page_size = 16;       // paged variants
-  std::uint64_t splits = 0;           // decode attention split-KV: 0 = the backend decides
-  std::uint64_t seed = 0x5eed;
-  // Whole layer (OpKind::layer): the model's dimensions and the step. Prefill:
-  // batch and prompt are prefill.B and prefill.S; decode: batch and context are
-  // attention.B and attention.L (the new token is the L-th: it is appended at
-  // position L-1 and attention reads L tokens, as layer_ops counts it). The KV
-  // cache of a layer request is contiguous ([B, Hkv, capacity, D]).
-  LayerDims layer;
-  Phase layer_phase = Phase::decode;
-  // The point's name: ops that run several kernels (layer) name the NVTX range
-  // of each inside run() "<name>/<op>"; empty = "layer".
-  std::string name;
-  // Minimum traffic and FLOPs of this request, from workload.hpp.
-  OpCost cost() const;
-  // Bytes the backend must allocate for it (inputs, outputs, caches).
-  std::uint64_t footprint_bytes() const;
-};
-
-// For a layer request: the model config its dimensions describe (layers = 1,
-// vocab = 0), its step, and the layer's ops from model.hpp's layer_ops (the
-// single definition of what a layer runs and costs).
-ModelConfig layer_model(const OpRequest& r);
-StepShape layer_step(const OpRequest& r);
-std::vector<LayerOp> layer_request_ops(const OpRequest& r);
 
 // An operation prepared on a backend: inputs allocated and filled with random
 // non-zero data, outputs allocated. Everything costly happens in prepare(),
@@ -131,8 +81,13 @@ class Backend {
   // moment beside it (on a shared machine the read ceiling moves by a third
   // within minutes). Nothing when the backend does not offer it.
   virtual std::optional<double> paired_read() { return std::nullopt; }
-  // Whether the backend implements this kind of request at all (used to build the sweep).
-  virtual bool implements(OpKind kind, DType dtype, Impl impl) const = 0;
+  // Whether the backend implements this kind of operation for this element type
+  // and implementation at all (sweeps are built from it).
+  virtual bool implements(std::string_view kind, DType dtype, Impl impl) const = 0;
+  // Whether the implementation is meant for this request at all (our decode
+  // GEMV: small batches); a sweep leaves out what does not apply, and skips, with
+  // the reason, what applies but cannot run here.
+  virtual bool applies(const OpRequest& r) const = 0;
   // Why this particular request cannot run here (does not fit in memory, shape
   // not supported by the kernel), or nothing if it can.
   virtual std::optional<std::string> cannot_run(const OpRequest& r) const = 0;
@@ -143,14 +98,55 @@ class Backend {
   virtual std::optional<std::string> cannot_time() const { return std::nullopt; }
   // One sample: flush (when cold) outside the region, then time the region.
   virtual Sample time(PreparedOp& op, const TimingOptions& opts) = 0;
-  // Wait for all work the backend enqueued (a no-op on synchronous backends).
-  virtual void synchronize() {}
+  // Wait for all work the backend enqueued (run() is asynchronous on a GPU).
+  virtual void synchronize() = 0;
   // Profile mode: run once inside the NVTX range, between profiler start/stop.
   virtual void profile(PreparedOp& op, const std::string& range_name) = 0;
   // Clocks now (SM and memory, MHz) and throttle reasons, when the backend can read them.
   virtual nlohmann::json clocks() const { return nlohmann::json::object(); }
   // True when the device reported throttling since the last call.
   virtual bool throttled_since_last_check() { return false; }
+};
+
+// One implementation of an operation on a backend whose state is `Env` (the
+// CPU's, or the CUDA context): registered by the operation's file next to its kernel.
+template <class Env>
+struct OpImpl {
+  std::string kind;
+  Impl impl = Impl::own;
+  // The element types it takes (on this device).
+  std::function<bool(DType, const Env&)> dtypes;
+  // Whether it is meant for this request (empty: always; see Backend::applies).
+  std::function<bool(const OpRequest&)> applies;
+  // Why it cannot run this request here: shape, type and device limits (empty:
+  // none). Memory is checked by the backend from the footprint and the scratch.
+  std::function<std::optional<std::string>(const OpRequest&, const Env&)> unsupported;
+  // Bytes it allocates beyond the operation's declared footprint (empty: none).
+  std::function<std::uint64_t(const OpRequest&, const Env&)> scratch_bytes;
+  std::function<std::unique_ptr<PreparedOp>(Env&, const OpRequest&)> prepare;
+};
+
+// A backend's implementations, by kind and impl.
+template <class Env>
+class OpImpls {
+ public:
+  void add(OpImpl<Env> i) {
+    if (find(i.kind, i.impl)) throw std::logic_error("two implementations of " + i.kind + " " + std::string(to_string(i.impl)));
+    impls_.push_back(std::move(i));
+  }
+  const OpImpl<Env>* find(std::string_view kind, Impl impl) const {
+    for (const auto& i : impls_)
+      if (i.kind == kind && i.impl == impl) return &i;
+    return nullptr;
+  }
+  // The implementation that runs `r` on `env`, or nullptr.
+  const OpImpl<Env>* find(const OpRequest& r, const Env& env) const {
+    const auto* i = find(r.kind, r.impl);
+    return i && i->dtypes(r.dtype, env) ? i : nullptr;
+  }
+
+ private:
+  std::vector<OpImpl<Env>> impls_;
 };
 
 // "cpu", "cuda" or "auto" (CUDA when a device is present, else CPU). `why`

@@ -1,3 +1,5 @@
+// The analytical model (analytical.hpp): a model's prefill and decode steps op by op
+// on a GPU's roofline, from the same costs the benchmarks report.
 #include "phasebench/analytical.hpp"
 
 #include <fmt/format.h>
@@ -9,7 +11,7 @@
 namespace phasebench {
 
 DType compute_dtype_for(const LayerOp& op, DType dtype) {
-  if (op.kind == OpKind::linear) return dtype;
+  if (op.kind == "linear") return dtype;
   // Attention and elementwise work run on the activations: 16-bit when weights are 8-bit.
   return element_bytes(dtype) == 1 ? DType::bf16 : dtype;
 }
@@ -97,9 +99,9 @@ nlohmann::json phase_json(const PhaseEstimate& p) {
   for (const auto& o : p.ops) {
     auto j = cost_json(o.op.cost);
     j["name"] = o.op.name;
-    j["kind"] = to_string(o.op.kind);
+    j["kind"] = o.op.kind;
     j["count"] = o.op.count;
-    j["shape"] = shape_json(o.op);
+    j["shape"] = o.op.shape.to_json();
     j["compute_dtype"] = to_string(o.compute_dtype);
     j["peak_flops_per_s"] = o.peak_flops;
     j["bandwidth_bytes_per_s"] = o.bandwidth;
@@ -297,7 +299,7 @@ std::string to_text(const Estimate& e) {
                      [&] {
                        double f = 0;
                        for (const auto& o : e.prefill.ops)
-                         if (o.op.kind == OpKind::prefill_attention) f += static_cast<double>(o.op.cost.flops * o.op.count);
+                         if (o.op.kind == "prefill_attention") f += static_cast<double>(o.op.cost.flops * o.op.count);
                        return f / 1e9;
                      }());
   out += "notes: FLOPs exclude softmax, RoPE and norms (their bytes count); times are roofline predictions summed per op.\n";

@@ -1,3 +1,4 @@
+// Element types (dtype.hpp): names, sizes, parsing, and the output type of a linear layer.
 #include "phasebench/dtype.hpp"
 
 #include <algorithm>
@@ -48,11 +49,6 @@ DType linear_output_type(DType t) {
   if (t == DType::fp8) return DType::bf16;
   if (t == DType::tf32) return DType::fp32;
   return t;
-}
-
-const std::vector<DType>& all_dtypes() {
-  static const std::vector<DType> v{DType::fp32, DType::tf32, DType::fp16, DType::bf16, DType::fp8, DType::int8};
-  return v;
 }
 
 Precision Precision::from(DType weights, DType kv) {

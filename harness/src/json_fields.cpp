@@ -1,3 +1,5 @@
+// JSON of the harness's types (json_fields.hpp): bytes, costs and ceilings as the
+// results file and `estimate --json` write them.
 #include "phasebench/json_fields.hpp"
 
 #include <cmath>
@@ -13,23 +15,6 @@ nlohmann::json bytes_json(const Bytes& b) {
 
 nlohmann::json cost_json(const OpCost& c) {
   return {{"flops", c.flops}, {"bytes", bytes_json(c.bytes)}, {"intensity", finite_or_null(c.intensity())}};
-}
-
-nlohmann::json shape_json(const LayerOp& op) {
-  switch (op.kind) {
-    case OpKind::linear: return {{"M", op.linear.M}, {"N", op.linear.N}, {"K", op.linear.K}};
-    case OpKind::decode_attention:
-    case OpKind::decode_attention_paged:
-      return {{"B", op.attention.B}, {"Hq", op.attention.Hq}, {"Hkv", op.attention.Hkv}, {"L", op.attention.L}, {"D", op.attention.D}};
-    case OpKind::prefill_attention:
-      return {{"B", op.prefill.B}, {"Hq", op.prefill.Hq}, {"Hkv", op.prefill.Hkv}, {"S", op.prefill.S}, {"D", op.prefill.D}};
-    case OpKind::kv_append:
-    case OpKind::kv_append_paged:
-      return {{"B", op.append.B}, {"S", op.append.S}, {"Hkv", op.append.Hkv}, {"D", op.append.D}};
-    case OpKind::elementwise:
-    case OpKind::layer: return nlohmann::json::object();
-  }
-  return nlohmann::json::object();
 }
 
 nlohmann::json ceilings_json(const Ceilings& c) {

@@ -1,3 +1,5 @@
+// Model shapes (model.hpp): Hugging Face config.json and the bundled models read
+// into ModelConfig, and the ops of a layer and of a whole step with their costs.
 #include "phasebench/model.hpp"
 
 #include <algorithm>
@@ -153,21 +155,11 @@ std::string_view to_string(Phase p) { return p == Phase::prefill ? "prefill" : "
 namespace {
 
 LayerOp make_linear(std::string name, std::uint64_t M, std::uint64_t N, std::uint64_t K, const Precision& p) {
-  LayerOp op;
-  op.name = std::move(name);
-  op.kind = OpKind::linear;
-  op.linear = {M, N, K};
-  op.cost = linear_cost(op.linear, p.w, p.a);
-  return op;
+  const LinearShape s{M, N, K};
+  return {std::move(name), "linear", s.shape(), linear_cost(s, p.w, p.a)};
 }
 
-LayerOp make_elementwise(std::string name, OpCost cost) {
-  LayerOp op;
-  op.name = std::move(name);
-  op.kind = OpKind::elementwise;
-  op.cost = cost;
-  return op;
-}
+LayerOp make_elementwise(std::string name, OpCost cost) { return {std::move(name), "elementwise", {}, cost}; }
 
 }  // namespace
 
@@ -180,6 +172,25 @@ std::vector<LayerOp> linear_ops(const ModelConfig& m, std::uint64_t M, const Pre
           make_linear("lm_head", M, m.vocab, h, p)};
 }
 
+std::uint64_t LayerWeight::elements() const { return mul(rows, cols, "layer weights"); }
+
+std::vector<LayerWeight> layer_weights(const ModelConfig& m) {
+  const auto h = m.hidden;
+  const auto lin = linear_ops(m, 1, Precision{});
+  std::vector<LayerWeight> w{{"attn_norm", 1, h}};
+  for (const auto& op : lin) {
+    if (op.name == "lm_head") continue;
+    const auto s = LinearShape::of(op.shape);
+    w.push_back({op.name, s.N, s.K});
+    if (op.name == "o_proj") w.push_back({"mlp_norm", 1, h});
+  }
+  if (m.norms_per_layer == 4) {
+    w.push_back({"post_attn_norm", 1, h});
+    w.push_back({"post_mlp_norm", 1, h});
+  }
+  return w;
+}
+
 std::vector<LayerOp> layer_ops(const ModelConfig& m, const StepShape& step, const Precision& p) {
   const auto B = step.batch, S = step.new_tokens;
   const auto M = mul(B, S, "tokens");
@@ -190,24 +201,15 @@ std::vector<LayerOp> layer_ops(const ModelConfig& m, const StepShape& step, cons
   ops.push_back(make_elementwise("attn_norm", rmsnorm_cost(M, h, p.a, p.w)));
   ops.push_back(lin[0]);
   ops.push_back(make_elementwise("rope", rope_cost(M, m.heads, m.kv_heads, D, p.a)));
-  LayerOp app;
-  app.name = "kv_append";
-  app.kind = OpKind::kv_append;
-  app.append = {B, S, m.kv_heads, D};
-  app.cost = kv_append_cost(app.append, p.a, p.c);
-  ops.push_back(app);
-  LayerOp att;
-  att.name = "attention";
+  const KvAppendShape app{B, S, m.kv_heads, D};
+  ops.push_back({"kv_append", "kv_append", app.shape(), kv_append_cost(app, p.a, p.c)});
   if (step.phase == Phase::prefill) {
-    att.kind = OpKind::prefill_attention;
-    att.prefill = {B, m.heads, m.kv_heads, S, D};
-    att.cost = prefill_attention_cost(att.prefill, p.a);
+    const PrefillAttentionShape att{B, m.heads, m.kv_heads, S, D};
+    ops.push_back({"attention", "prefill_attention", att.shape(), prefill_attention_cost(att, p.a)});
   } else {
-    att.kind = OpKind::decode_attention;
-    att.attention = {B, m.heads, m.kv_heads, step.context, D};
-    att.cost = decode_attention_cost(att.attention, p.c, p.a);
+    const AttentionShape att{B, m.heads, m.kv_heads, step.context, D};
+    ops.push_back({"attention", "decode_attention", att.shape(), decode_attention_cost(att, p.c, p.a)});
   }
-  ops.push_back(att);
   ops.push_back(lin[1]);
   if (sandwich) ops.push_back(make_elementwise("post_attn_norm", rmsnorm_cost(M, h, p.a, p.w)));
   ops.push_back(make_elementwise("mlp_norm", rmsnorm_cost(M, h, p.a, p.w)));

@@ -1,3 +1,5 @@
+// FLOPs and minimum bytes of each operation's shape (workload.hpp): the one place
+// costs are computed, for the benchmarks, the analytical model and the tests.
 #include "phasebench/workload.hpp"
 
 #include "phasebench/checked.hpp"
@@ -28,20 +30,6 @@ Bytes Bytes::scaled(std::uint64_t n) const {
   return b;
 }
 
-std::string_view to_string(OpKind k) {
-  switch (k) {
-    case OpKind::linear: return "linear";
-    case OpKind::decode_attention: return "decode_attention";
-    case OpKind::decode_attention_paged: return "decode_attention_paged";
-    case OpKind::prefill_attention: return "prefill_attention";
-    case OpKind::kv_append: return "kv_append";
-    case OpKind::kv_append_paged: return "kv_append_paged";
-    case OpKind::elementwise: return "elementwise";
-    case OpKind::layer: return "layer";
-  }
-  return "?";
-}
-
 double OpCost::intensity() const {
   const auto t = bytes.total();
   return t == 0 ? 0.0 : static_cast<double>(flops) / static_cast<double>(t);
@@ -67,6 +55,25 @@ OpCost linear_cost(const LinearShape& s, std::uint64_t w, std::uint64_t a_in, st
   c.bytes.activations = mul({a_in, s.M, s.K}, "linear input bytes");
   c.bytes.writes = mul({a_out, s.M, s.N}, "linear output bytes");
   return c;
+}
+
+std::optional<std::uint64_t> linear_batch_at_intensity(std::uint64_t N, std::uint64_t K, DType t, double ridge) {
+  const auto e = element_bytes(t), out = element_bytes(linear_output_type(t));
+  // Intensity grows with M (toward 2NK / (a_in K + a_out N)): bisect.
+  auto reaches = [&](std::uint64_t M) { return linear_cost({M, N, K}, e, e, out).intensity() >= ridge; };
+  constexpr std::uint64_t kLimit = 1ull << 24;
+  std::uint64_t hi = 1;
+  while (!reaches(hi)) {
+    if (hi >= kLimit) return std::nullopt;
+    hi *= 2;
+  }
+  if (hi == 1) return 1;
+  std::uint64_t lo = hi / 2;  // does not reach
+  while (hi - lo > 1) {
+    const auto mid = lo + (hi - lo) / 2;
+    (reaches(mid) ? hi : lo) = mid;
+  }
+  return hi;
 }
 
 OpCost decode_attention_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a) {

@@ -1,11 +1,17 @@
 // KV append on the CPU: copy each new token's K and V rows (D contiguous
 // elements) into the cache, contiguous or paged. Pure data movement.
+// Also the KV append operations' CPU implementations (contiguous and paged):
+// every appended row must equal its input, bit for bit.
 #include <cstdint>
 #include <cstring>
 
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
+#include "common/paged_kv.hpp"
+#include "cpu/cpu_op.hpp"
+#include "phasebench/checked.hpp"
+#include "phasebench/ops/kv_append.hpp"
 
 namespace phasebench::cpu {
 
@@ -69,4 +75,116 @@ void kv_append(const KvAppendArgs& a) {
   }
 }
 
+namespace {
+
+class CpuKvAppend final : public CpuOp {
+ public:
+  // The bytes it touches (the new rows and their cache slots) decide cold-cache eviction, not the cache's size.
+  explicit CpuKvAppend(const OpRequest& r)
+      : CpuOp(r.cost().bytes.total()), r_(r), s_(KvAppendShape::of(r.shape)), paged_(r.kind == kKvAppendPaged) {
+    const auto e = element_bytes(r.dtype);
+    const auto capacity = r.params["capacity"];
+    P_ = paged_ ? r.params["page_size"] : 0;
+    pps_ = paged_ ? pages_per_sequence(capacity, P_) : 0;
+    cap_ = paged_ ? pps_ * P_ : capacity;
+    pos_ = capacity - s_.S;  // append at the end of the cache
+    const std::uint64_t n_new = mul({s_.B, s_.S, s_.Hkv, s_.D});
+    nk_ = HostBuffer(n_new * e);
+    nv_ = HostBuffer(n_new * e);
+    fill(nk_, r.dtype, n_new, r.seed + 1);
+    fill(nv_, r.dtype, n_new, r.seed + 2);
+    const std::uint64_t cache = mul({s_.B, s_.Hkv, cap_, s_.D, e}, "KV-cache bytes");
+    kc_ = HostBuffer(cache);
+    vc_ = HostBuffer(cache);
+    std::memset(kc_.get(), 0, cache);  // touch every page now, not inside the timed region
+    std::memset(vc_.get(), 0, cache);
+    if (paged_) {
+      bt_ = scattered_block_table(s_.B, pps_, r.seed + 4);
+      track(bt_.data(), bt_.size() * sizeof(std::int32_t));
+    }
+    track(nk_.get(), nk_.bytes());
+    track(nv_.get(), nv_.bytes());
+    for_each_slot([&](std::uint64_t, std::uint64_t dst) {
+      track(kc_.as<unsigned char>() + dst, s_.D * e);
+      track(vc_.as<unsigned char>() + dst, s_.D * e);
+    });
+  }
+
+  // Calls fn(source byte offset, destination byte offset) for every appended row.
+  template <class Fn>
+  void for_each_slot(Fn&& fn) const {
+    const std::uint64_t row = s_.D * element_bytes(r_.dtype);
+    for (std::uint64_t b = 0; b < s_.B; ++b)
+      for (std::uint64_t s = 0; s < s_.S; ++s)
+        for (std::uint64_t h = 0; h < s_.Hkv; ++h) {
+          const std::uint64_t p = pos_ + s;
+          std::uint64_t dst;
+          if (paged_) {
+            const auto page = static_cast<std::uint64_t>(bt_[b * pps_ + p / P_]);
+            dst = ((page * s_.Hkv + h) * P_ + p % P_) * row;
+          } else {
+            dst = ((b * s_.Hkv + h) * cap_ + p) * row;
+          }
+          fn(((b * s_.S + s) * s_.Hkv + h) * row, dst);
+        }
+  }
+
+  void run() override {
+    KvAppendArgs a;
+    a.new_k = nk_.get();
+    a.new_v = nv_.get();
+    a.k_cache = kc_.get();
+    a.v_cache = vc_.get();
+    a.block_table = paged_ ? bt_.data() : nullptr;
+    a.B = s_.B;
+    a.S = s_.S;
+    a.Hkv = s_.Hkv;
+    a.D = s_.D;
+    a.pos = pos_;
+    a.capacity = cap_;
+    a.page_size = P_;
+    a.pages_per_seq = pps_;
+    a.element_bytes = element_bytes(r_.dtype);
+    kv_append(a);
+  }
+
+  void verify() override {
+    run();
+    const std::uint64_t row = s_.D * element_bytes(r_.dtype);
+    for_each_slot([&](std::uint64_t src, std::uint64_t dst) {
+      if (std::memcmp(kc_.as<unsigned char>() + dst, nk_.as<unsigned char>() + src, row) != 0 ||
+          std::memcmp(vc_.as<unsigned char>() + dst, nv_.as<unsigned char>() + src, row) != 0)
+        throw VerificationError(r_.kind + ": the new row at byte offset " + std::to_string(src) +
+                                " was not written to its cache slot (byte offset " + std::to_string(dst) + ")");
+    });
+  }
+
+ private:
+  OpRequest r_;
+  KvAppendShape s_;
+  bool paged_ = false;
+  std::uint64_t P_ = 0, pps_ = 0, cap_ = 0, pos_ = 0;
+  std::vector<std::int32_t> bt_;
+  HostBuffer nk_, nv_, kc_, vc_;
+};
+
+bool float_type(DType t) { return t == DType::fp32 || t == DType::bf16 || t == DType::fp16; }
+
+std::optional<std::string> shape_limits(const OpRequest& r, const CpuEnv&) {
+  if (r.params["capacity"] < r.shape["S"]) return "KV append: cache capacity is smaller than the tokens appended";
+  return std::nullopt;
+}
+
+}  // namespace
+
 }  // namespace phasebench::cpu
+
+PHASEBENCH_CPU_OPS(kv_append) {
+  using namespace phasebench;
+  using namespace phasebench::cpu;
+  auto prepare = [](CpuEnv&, const OpRequest& r) -> std::unique_ptr<PreparedOp> { return std::make_unique<CpuKvAppend>(r); };
+  auto types = [](DType t, const CpuEnv&) { return float_type(t); };
+  registry.add({kKvAppend, Impl::own, types, {}, shape_limits, {}, prepare});
+  registry.add({kKvAppendPaged, Impl::own, types, {}, shape_limits, {}, prepare});
+}
+

@@ -5,16 +5,23 @@
 // an online softmax (running max and sum per query row; the accumulator is
 // rescaled when the max grows). Scores exist for one key block at a time, and
 // each K and V block is read from cache once for all the task's query rows.
+// Also the prefill attention operation's CPU implementation (fp32), verified on
+// sampled rows against reference::prefill_attention_row.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "cpu/attention_tiles.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
+#include "cpu/cpu_op.hpp"
+#include "cpu/reference.hpp"
+#include "phasebench/checked.hpp"
+#include "phasebench/ops/attention.hpp"
 
 namespace phasebench::cpu {
 
@@ -83,4 +90,92 @@ void prefill_attention(const PrefillAttentionArgs& a) {
   }
 }
 
+namespace {
+
+class CpuPrefillAttention final : public CpuOp {
+ public:
+  explicit CpuPrefillAttention(const OpRequest& r)
+      : CpuOp(r.footprint_bytes()), r_(r), s_(PrefillAttentionShape::of(r.shape)) {
+    const std::uint64_t nq = mul({s_.B, s_.S, s_.Hq, s_.D}, "prefill attention query elements");
+    const std::uint64_t nkv = mul({s_.B, s_.S, s_.Hkv, s_.D}, "prefill attention key elements");
+    q_ = HostBuffer(nq * 4);
+    k_ = HostBuffer(nkv * 4);
+    v_ = HostBuffer(nkv * 4);
+    out_ = HostBuffer(nq * 4);
+    fill(q_, DType::fp32, nq, r.seed + 1);
+    fill(k_, DType::fp32, nkv, r.seed + 2);
+    fill(v_, DType::fp32, nkv, r.seed + 3);
+    std::memset(out_.get(), 0, out_.bytes());
+    for (const HostBuffer* b : {&q_, &k_, &v_, &out_}) track(b->get(), b->bytes());
+  }
+
+  void run() override {
+    PrefillAttentionArgs a;
+    a.q = q_.as<float>();
+    a.k = k_.as<float>();
+    a.v = v_.as<float>();
+    a.out = out_.as<float>();
+    a.B = s_.B;
+    a.S = s_.S;
+    a.Hq = s_.Hq;
+    a.Hkv = s_.Hkv;
+    a.D = s_.D;
+    prefill_attention(a);
+  }
+
+  // Sampled (sequence, query head) pairs, and in each the rows around the
+  // kernel's query blocks.
+  void verify() override {
+    run();
+    const std::uint64_t S = s_.S, D = s_.D, G = s_.Hq / s_.Hkv;
+    const auto rows = reference::prefill_rows_to_check(S, kPrefillQueryRows);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    std::vector<float> got, ref(D);
+    std::vector<double> want;
+    for (auto [b, hq] : sample_positions(s_.B, s_.Hq, 8, r_.seed)) {
+      const std::uint64_t h = hq / G;
+      auto kv_row = [&](const HostBuffer& buf, std::uint64_t l) { return buf.as<float>() + ((b * S + l) * s_.Hkv + h) * D; };
+      for (std::uint64_t i : rows) {
+        const std::uint64_t off = ((b * S + i) * s_.Hq + hq) * D;
+        reference::prefill_attention_row(
+            q_.as<float>() + off, i, D, scale, [&](std::size_t l) { return kv_row(k_, l); },
+            [&](std::size_t l) { return kv_row(v_, l); }, ref.data());
+        got.insert(got.end(), out_.as<float>() + off, out_.as<float>() + off + D);
+        want.insert(want.end(), ref.begin(), ref.end());
+      }
+    }
+    reference::check_rows_close(got, want, D, reference::tolerance_for(DType::fp32),
+                                "prefill attention (B=" + std::to_string(s_.B) + " S=" + std::to_string(S) +
+                                    " Hq=" + std::to_string(s_.Hq) + " Hkv=" + std::to_string(s_.Hkv) +
+                                    " D=" + std::to_string(D) + ")");
+  }
+
+  std::vector<float> output_values() override { return reference::to_float(out_.get(), DType::fp32, out_.bytes() / 4); }
+
+ private:
+  OpRequest r_;
+  PrefillAttentionShape s_;
+  HostBuffer q_, k_, v_, out_;
+};
+
+std::optional<std::string> shape_limits(const OpRequest& r, const CpuEnv&) {
+  const auto p = PrefillAttentionShape::of(r.shape);
+  if (p.Hkv == 0 || p.Hq % p.Hkv != 0 || p.S == 0 || p.D == 0)
+    return "prefill attention needs S, D > 0 and Hq a multiple of Hkv";
+  if (p.S > 0x7fffffff || p.Hkv * p.D > 0x7fffffff) return "a dimension exceeds BLAS's 32-bit integers";
+  return std::nullopt;
+}
+
+}  // namespace
+
 }  // namespace phasebench::cpu
+
+PHASEBENCH_CPU_OPS(prefill_attention) {
+  using namespace phasebench;
+  using namespace phasebench::cpu;
+  registry.add({kPrefillAttention, Impl::own, [](DType t, const CpuEnv&) { return t == DType::fp32; }, {}, shape_limits,
+                {}, [](CpuEnv&, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
+                  return std::make_unique<CpuPrefillAttention>(r);
+                }});
+}
+

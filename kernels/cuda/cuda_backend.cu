@@ -1,9 +1,7 @@
 // The CUDA backend: device 0, one non-blocking stream, cuBLAS and cuBLASLt
 // handles bound to it, a 64 MiB cuBLASLt workspace; the device description,
-// the ceilings, the operations (linear through cuBLASLt or our decode GEMV;
-// attention and KV append from attention_ops.cu; whole layers from
-// layer_op.cu), CUDA-event timing and the
-// clocks read through NVML.
+// the ceilings, the operations (registered by their files, cuda_op.hpp),
+// CUDA-event timing and the clocks read through NVML.
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
@@ -17,9 +15,7 @@
 #include "backend.hpp"
 #include "cuda/ceilings.hpp"
 #include "cuda/cuda_common.hpp"
-#include "cuda/decode_gemv.hpp"
-#include "cuda/layer_op.hpp"
-#include "cuda/linear_cublaslt.hpp"
+#include "cuda/cuda_op.hpp"
 #include "cuda/nvml_clocks.hpp"
 #include "cuda/stream_read.hpp"
 #include "phasebench/error.hpp"
@@ -74,12 +70,6 @@ std::string architecture_of(int major, int minor) {
   if (cc >= 75) return "turing";
   if (cc >= 70) return "volta";
   return "older";
-}
-
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", bytes / double(1ull << 30));
-  return buf;
 }
 
 int attribute(cudaDeviceAttr a, int device, const char* name) {
@@ -215,78 +205,28 @@ class CudaBackend final : public Backend {
     return again.bandwidth().front().value;
   }
 
-  bool implements(OpKind kind, DType dtype, Impl impl) const override {
-    switch (kind) {
-      case OpKind::linear:
-        if (impl == Impl::own) return dtype == DType::bf16 || dtype == DType::fp16;
-        if (dtype == DType::fp8) return ctx_.cc_major * 10 + ctx_.cc_minor >= 89;
-        return dtype == DType::fp32 || dtype == DType::tf32 || dtype == DType::bf16 || dtype == DType::fp16;
-      case OpKind::decode_attention:
-      case OpKind::decode_attention_paged:
-      case OpKind::prefill_attention:
-      case OpKind::kv_append:
-      case OpKind::kv_append_paged: return attention_op_implemented(kind, dtype, impl);
-      case OpKind::layer: return layer_op_implemented(dtype, impl);
-      case OpKind::elementwise: return false;
-    }
-    return false;
+  bool implements(std::string_view kind, DType dtype, Impl impl) const override {
+    const auto* i = all_ops().find(kind, impl);
+    return i && i->dtypes(dtype, ctx_);
   }
 
+  bool applies(const OpRequest& r) const override {
+    const auto* i = all_ops().find(r, ctx_);
+    return i && (!i->applies || i->applies(r));
+  }
+
+  // Head-room for library scratch beyond the context's workspace (the flush
+  // buffer is allocated already, so free memory accounts for it).
   std::optional<std::string> cannot_run(const OpRequest& r) const override {
-    if (!implements(r.kind, r.dtype, r.impl)) {
-      std::string why = "the CUDA backend has no " + std::string(to_string(r.impl)) + " " + std::string(to_string(r.kind)) +
-                        " for " + std::string(to_string(r.dtype));
-      if (r.kind == OpKind::linear && r.dtype == DType::fp8 && r.impl == Impl::blas)
-        why += ": fp8 (e4m3) matmuls need compute capability 8.9 or newer; this device is " +
-               std::to_string(ctx_.cc_major) + "." + std::to_string(ctx_.cc_minor);
-      return why;
-    }
-    if (r.kind == OpKind::linear) {
-      if (r.impl == Impl::own) {
-        if (auto why = decode_gemv_unsupported(r.dtype, r.linear)) return why;
-      } else if (auto why = cublaslt_linear_unsupported(r.dtype, r.linear, ctx_.cc_major, ctx_.cc_minor)) {
-        return why;
-      }
-    }
-    if (r.kind == OpKind::layer)
-      if (auto why = layer_op_unsupported(ctx_, r)) return why;
-    std::uint64_t need = 0;
-    try {
-      need = r.footprint_bytes();
-    } catch (const std::exception& e) {
-      return std::string("size: ") + e.what();
-    }
-    if (r.kind == OpKind::linear) {
-      // fp8's output is bf16 (the request's cost counts it at 1 byte); the GEMV adds fp32 accumulators.
-      const std::uint64_t out_e = element_bytes(linear_output_type(r.dtype)), in_e = element_bytes(r.dtype);
-      if (out_e > in_e) need += r.linear.M * r.linear.N * (out_e - in_e);
-      if (r.impl == Impl::own) need += r.linear.M * r.linear.N * sizeof(float);
-    }
-    need += kWorkspaceBytes;  // head-room for library scratch (the flush buffer is allocated already)
-    const std::size_t free_b = ctx_.free_bytes();
-    if (static_cast<double>(need) > 0.9 * static_cast<double>(free_b))
-      return "needs " + gib(static_cast<double>(need)) + " GiB, device has " + gib(static_cast<double>(free_b)) +
-             " GiB free";
-    return std::nullopt;
+    return cuda::cannot_run(ctx_, r, kWorkspaceBytes);
   }
 
   std::unique_ptr<PreparedOp> prepare(const OpRequest& r) override {
     if (auto why = cannot_run(r)) throw Unsupported(*why);
-    std::unique_ptr<PreparedOp> op;
-    switch (r.kind) {
-      case OpKind::linear:
-        op = r.impl == Impl::own ? make_decode_gemv_op(ctx_, r) : make_cublaslt_linear_op(ctx_, r);
-        break;
-      case OpKind::decode_attention:
-      case OpKind::decode_attention_paged:
-      case OpKind::prefill_attention:
-      case OpKind::kv_append:
-      case OpKind::kv_append_paged: op = make_attention_op(ctx_, r); break;
-      case OpKind::layer: op = make_layer_op(ctx_, r); break;
-      case OpKind::elementwise: throw Unsupported("the CUDA backend has no elementwise benchmarks");
-    }
-    return std::make_unique<TimedOp>(std::move(op));
+    return std::make_unique<TimedOp>(make_op(ctx_, r));
   }
+
+  void synchronize() override { PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
 
   // Timing. Cold cache (the default): before the sample, outside the events, a
   // read of a buffer 4x the L2 evicts the op's data (reading, so the op does

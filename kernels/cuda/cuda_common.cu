@@ -1,3 +1,5 @@
+// CUDA plumbing shared by the operations (cuda_common.hpp): error messages, device
+// buffers, the deterministic fill (the host reference's values), copies.
 #include "cuda/cuda_common.hpp"
 
 #include <climits>
@@ -133,17 +135,6 @@ int to_int32(std::uint64_t v, const std::string& what) {
   if (v > static_cast<std::uint64_t>(INT_MAX))
     throw Unsupported(what + " = " + std::to_string(v) + " exceeds the CUDA kernels' 32-bit limit");
   return static_cast<int>(v);
-}
-
-void require_memory(const Context& ctx, std::uint64_t bytes, const std::string& what) {
-  const std::uint64_t free_b = ctx.free_bytes();
-  if (static_cast<double>(bytes) > 0.9 * static_cast<double>(free_b)) {
-    std::ostringstream os;
-    os << what << " needs " << bytes << " bytes (" << std::fixed;
-    os.precision(2);
-    os << bytes / 1073741824.0 << " GiB) of device memory, more than 90% of the " << free_b << " bytes free";
-    throw Unsupported(os.str());
-  }
 }
 
 void corrupt_for_test(bool corrupt, void* p, std::size_t bytes, cudaStream_t stream) {

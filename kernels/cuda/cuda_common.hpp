@@ -105,16 +105,8 @@ struct Context {
   std::size_t free_bytes() const;  // device memory free now
 };
 
-// Throws Unsupported when `bytes` more do not fit in 90% of the device's free memory.
-void require_memory(const Context& ctx, std::uint64_t bytes, const std::string& what);
 // Test hook of verify(): after the op ran, zero `bytes` at `p` when `corrupt` is
 // set, so a test can check that verification catches a wrong output.
 void corrupt_for_test(bool corrupt, void* p, std::size_t bytes, cudaStream_t stream);
-
-// Factory for the KV-cache and attention operations (decode attention
-// contiguous/paged, KV append contiguous/paged, prefill attention); defined in
-// attention_ops.cu. The CUDA backend's prepare() calls it for those kinds.
-std::unique_ptr<PreparedOp> make_attention_op(Context& ctx, const OpRequest& r);
-bool attention_op_implemented(OpKind kind, DType dtype, Impl impl);
 
 }  // namespace phasebench::cuda

@@ -1,16 +1,27 @@
+// Decode attention on CUDA (decode_attention.hpp): the split-KV kernel over a
+// contiguous or paged cache, its reduction, the split plan, and the operation
+// (kinds decode_attention and decode_attention_paged) verified against the CPU reference.
 #include "cuda/decode_attention.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
-#include "cuda/cuda_common.hpp"
+#include "common/paged_kv.hpp"
+#include "cpu/reference.hpp"
+#include "cuda/attention_ops.hpp"
 #include "cuda/attention_util.cuh"
+#include "cuda/cuda_common.hpp"
+#include "cuda/cuda_op.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/attention.hpp"
 
 namespace phasebench::cuda {
 
@@ -297,7 +308,7 @@ using KvOf = std::conditional_t<Paged, PagedKV<D>, ContiguousKV<D>>;
 
 }  // namespace
 
-std::string decode_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool paged,
+std::optional<std::string> decode_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool paged,
                                          long long page_size) {
   if (dtype != DType::bf16 && dtype != DType::fp16)
     return "decode attention: dtype " + std::string(to_string(dtype)) + " is not supported on CUDA; use bf16 or fp16";
@@ -310,7 +321,7 @@ std::string decode_attention_unsupported(DType dtype, long long Hq, long long Hk
     return "decode attention: too many kv heads x head chunks for one grid dimension (at most 65535)";
   if (paged && (page_size < 16 || page_size % 16 != 0))
     return "decode attention: page size " + std::to_string(page_size) + " is not supported; use a multiple of 16";
-  return {};
+  return std::nullopt;
 }
 
 int decode_heads_per_cta(int G) {
@@ -360,10 +371,27 @@ std::size_t decode_attention_workspace_floats(int B, int Hq, int D, int splits) 
   return static_cast<std::size_t>(B) * Hq * splits * (D + 1);
 }
 
+DecodeSplitPlan plan_decode_splits(DType dtype, int B, int Hq, int Hkv, int L, int D, int page_size,
+                                   std::uint64_t requested, int sm_count) {
+  const bool paged = page_size > 0;
+  const int G = Hq / Hkv, align = paged ? page_size : 64;
+  DecodeSplitPlan plan;
+  int splits = 1;
+  if (requested == 0)
+    splits = choose_decode_splits(B, Hkv, decode_head_chunks(G), L, align, sm_count,
+                                  decode_attention_ctas_per_sm(dtype, D, G, paged));
+  else
+    splits = static_cast<int>(std::min<std::uint64_t>({requested, static_cast<std::uint64_t>(L),
+                                                       static_cast<std::uint64_t>(kMaxDecodeSplits)}));
+  plan.chunk = decode_split_chunk(L, splits, align);
+  plan.splits = (L + plan.chunk - 1) / plan.chunk;
+  plan.workspace_floats = decode_attention_workspace_floats(B, Hq, D, plan.splits);
+  return plan;
+}
+
 void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStream_t stream) {
   const bool paged = p.block_table != nullptr;
-  const std::string why = decode_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, paged, p.page_size);
-  if (!why.empty()) throw Unsupported(why);
+  if (auto why = decode_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, paged, p.page_size)) throw Unsupported(*why);
   if (p.B <= 0 || p.L <= 0) throw Unsupported("decode attention: batch and context must be >= 1");
   if (p.B > 65535) throw Unsupported("decode attention: batch " + std::to_string(p.B) + " exceeds 65535");
   if (p.splits < 1 || p.splits > kMaxDecodeSplits || chunk < 1 ||
@@ -403,4 +431,211 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
   });
 }
 
+
+// ---- the operation ----------------------------------------------------------------
+
+namespace {
+
+DecodeSplitPlan split_plan(const Context& ctx, const OpRequest& r) {
+  const auto a = AttentionShape::of(r.shape);
+  const int page_size = r.kind == kDecodeAttentionPaged ? static_cast<int>(r.params["page_size"]) : 0;
+  return plan_decode_splits(r.dtype, static_cast<int>(a.B), static_cast<int>(a.Hq), static_cast<int>(a.Hkv),
+                            static_cast<int>(a.L), static_cast<int>(a.D), page_size, r.params.get("splits", 0),
+                            ctx.sm_count);
+}
+
+std::optional<std::string> request_unsupported(const OpRequest& r, const Context&) {
+  const auto a = AttentionShape::of(r.shape);
+  const bool paged = r.kind == kDecodeAttentionPaged;
+  const std::uint64_t P = paged ? r.params["page_size"] : 0;
+  if (auto why = decode_attention_unsupported(r.dtype, static_cast<long long>(a.Hq), static_cast<long long>(a.Hkv),
+                                              static_cast<long long>(a.D), paged, static_cast<long long>(P)))
+    return why;
+  if (a.B == 0 || a.L == 0) return std::string("decode attention: batch and context must be >= 1");
+  if (a.B > 65535) return "decode attention: batch " + std::to_string(a.B) + " exceeds 65535 (a grid dimension)";
+  if (r.params.get("splits", 0) > static_cast<std::uint64_t>(kMaxDecodeSplits))
+    return "decode attention: " + std::to_string(r.params["splits"]) + " splits requested; at most " +
+           std::to_string(kMaxDecodeSplits);
+  if (paged && a.B * pages_per_sequence(a.L, P) > static_cast<std::uint64_t>(INT_MAX))
+    return std::string("decode attention (paged): more than 2^31 pages");
+  return std::nullopt;
+}
+
+class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
+ public:
+  DecodeAttentionOp(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r), paged_(r.kind == kDecodeAttentionPaged) {
+    const auto a = AttentionShape::of(r.shape);
+    B_ = static_cast<int>(a.B);  // cannot_run checked that every dimension fits in int
+    Hq_ = static_cast<int>(a.Hq);
+    Hkv_ = static_cast<int>(a.Hkv);
+    L_ = static_cast<int>(a.L);
+    D_ = static_cast<int>(a.D);
+    const std::size_t es = element_bytes(r.dtype);
+    const std::size_t q_elems = static_cast<std::size_t>(B_) * Hq_ * D_;
+    std::size_t kv_elems = static_cast<std::size_t>(B_) * Hkv_ * L_ * D_;
+    if (paged_) {
+      P_ = static_cast<int>(r.params["page_size"]);
+      pps_ = static_cast<int>(pages_per_sequence(a.L, r.params["page_size"]));
+      kv_elems = static_cast<std::size_t>(B_) * pps_ * Hkv_ * P_ * D_;
+    }
+    const DecodeSplitPlan plan = split_plan(ctx, r);
+    chunk_ = plan.chunk;
+    const int splits = plan.splits;
+    const std::size_t ws_floats = plan.workspace_floats;
+
+    q_ = DeviceBuffer(q_elems * es);
+    out_ = DeviceBuffer(q_elems * es);
+    k_ = DeviceBuffer(kv_elems * es);
+    v_ = DeviceBuffer(kv_elems * es);
+    if (ws_floats) ws_ = DeviceBuffer(ws_floats * sizeof(float));
+    fill_random(q_.get(), r.dtype, q_elems, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
+    PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
+    if (paged_) {
+      bt_host_ = scattered_block_table(static_cast<std::uint64_t>(B_), static_cast<std::uint64_t>(pps_),
+                                       seed_of(r.seed, KvBuf::block_table));
+      bt_ = DeviceBuffer(bt_host_.size() * sizeof(std::int32_t));
+      upload(bt_.get(), bt_host_.data(), bt_.bytes(), ctx.stream);
+      // Slots past L in each sequence's last page hold unrelated non-zero data (read
+      // by nobody); the logical slots hold the contiguous cache's values of the same seed.
+      fill_random(k_.get(), r.dtype, kv_elems, seed_of(r.seed, KvBuf::k_pool), 1.0f, ctx.stream);
+      fill_random(v_.get(), r.dtype, kv_elems, seed_of(r.seed, KvBuf::v_pool), 1.0f, ctx.stream);
+      paged_logical_fill(k_.get(), bt_.as<std::int32_t>(), r.dtype, seed_of(r.seed, KvBuf::k), B_, Hkv_, L_, D_, P_,
+                         pps_, ctx.stream);
+      paged_logical_fill(v_.get(), bt_.as<std::int32_t>(), r.dtype, seed_of(r.seed, KvBuf::v), B_, Hkv_, L_, D_, P_,
+                         pps_, ctx.stream);
+    } else {
+      fill_random(k_.get(), r.dtype, kv_elems, seed_of(r.seed, KvBuf::k), 1.0f, ctx.stream);
+      fill_random(v_.get(), r.dtype, kv_elems, seed_of(r.seed, KvBuf::v), 1.0f, ctx.stream);
+    }
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+
+    p_.dtype = r.dtype;
+    p_.q = q_.get();
+    p_.out = out_.get();
+    p_.k = k_.get();
+    p_.v = v_.get();
+    p_.block_table = paged_ ? bt_.as<std::int32_t>() : nullptr;
+    p_.B = B_;
+    p_.Hq = Hq_;
+    p_.Hkv = Hkv_;
+    p_.L = L_;
+    p_.D = D_;
+    p_.page_size = P_;
+    p_.pages_per_seq = pps_;
+    p_.splits = splits;
+    p_.workspace = ws_floats ? ws_.as<float>() : nullptr;
+  }
+
+  void run() override { launch_decode_attention(p_, chunk_, ctx_.stream); }
+
+  void verify() override {
+    run();
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
+    const DType t = r_.dtype;
+    const std::size_t es = element_bytes(t);
+    const std::size_t D = static_cast<std::size_t>(D_), L = static_cast<std::size_t>(L_);
+    const std::size_t q_elems = static_cast<std::size_t>(B_) * Hq_ * D;
+    const std::vector<float> q = download_as_float(q_.get(), t, q_elems, ctx_.stream);
+    const std::vector<float> out = download_as_float(out_.get(), t, q_elems, ctx_.stream);
+    const int G = Hq_ / Hkv_;
+    // (batch, kv head) pairs, each checked for all G of its query heads: all of them
+    // when there are at most 256 query heads in all, else a spread incl. the first and
+    // the last; fewer when the context is long (about 2^26 reference elements per cache).
+    const std::uint64_t pairs_total = static_cast<std::uint64_t>(B_) * Hkv_;
+    const std::uint64_t by_heads = std::max<std::uint64_t>(2, (256 + G - 1) / G);
+    const std::uint64_t by_work = std::max<std::uint64_t>(2, (std::uint64_t{1} << 26) / (L * D));
+    const auto pairs = spread_sample(pairs_total, std::min(by_heads, by_work));
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D_)));
+    const reference::Tolerance tol = reference::tolerance_for(t);
+    std::vector<unsigned char> raw(2 * L * D * es);
+    std::vector<float> ref(D);
+    for (const std::uint64_t pair : pairs) {
+      const std::size_t b = pair / Hkv_, h = pair % Hkv_;
+      // K and V of (b, h) as [L, D], read back from the device through the layout.
+      if (!paged_) {
+        const std::size_t off = (b * Hkv_ + h) * L * D;
+        PB_CUDA_CHECK(cudaMemcpyAsync(raw.data(), byte_ptr(k_.get(), off, es), L * D * es, cudaMemcpyDeviceToHost,
+                                      ctx_.stream));
+        PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + L * D * es, byte_ptr(v_.get(), off, es), L * D * es,
+                                      cudaMemcpyDeviceToHost, ctx_.stream));
+      } else {
+        const std::size_t P = static_cast<std::size_t>(P_);
+        for (std::size_t lp = 0; lp < static_cast<std::size_t>(pps_); ++lp) {
+          const std::size_t page = static_cast<std::size_t>(bt_host_[b * pps_ + lp]);
+          const std::size_t tokens = std::min(P, L - lp * P);
+          const std::size_t off = (page * Hkv_ + h) * P * D;
+          PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + lp * P * D * es, byte_ptr(k_.get(), off, es), tokens * D * es,
+                                        cudaMemcpyDeviceToHost, ctx_.stream));
+          PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + (L + lp * P) * D * es, byte_ptr(v_.get(), off, es),
+                                        tokens * D * es, cudaMemcpyDeviceToHost, ctx_.stream));
+        }
+      }
+      PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+      const std::vector<float> kv = reference::to_float(raw.data(), t, 2 * L * D);
+      const float* K = kv.data();
+      const float* V = kv.data() + L * D;
+      for (int g = 0; g < G; ++g) {
+        const std::size_t hq = h * G + g;
+        const std::size_t row = (b * Hq_ + hq) * D;
+        reference::decode_attention_head(
+            q.data() + row, L, D, scale, [&](std::size_t l) { return K + l * D; },
+            [&](std::size_t l) { return V + l * D; }, ref.data());
+        const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(row),
+                                     out.begin() + static_cast<std::ptrdiff_t>(row + D));
+        const std::vector<double> want(ref.begin(), ref.end());
+        // The kernel's own error is the output rounding (rtol) plus fp32 noise far
+        // below atol * RMS.
+        reference::check_rows_close(got, want, D, tol,
+                                    shape() + ", batch " + std::to_string(b) + ", query head " + std::to_string(hq) +
+                                        " (elements are head_dim indices)");
+      }
+    }
+  }
+
+  std::vector<float> output_as_float() override {
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return download_as_float(out_.get(), r_.dtype, static_cast<std::size_t>(B_) * Hq_ * D_, ctx_.stream);
+  }
+  void set_fault_injection(bool on) override { fault_ = on; }
+  int splits() const override { return p_.splits; }
+
+ private:
+  std::string shape() const {
+    std::ostringstream os;
+    os << (paged_ ? "decode attention (paged)" : "decode attention") << " " << to_string(r_.dtype) << " B=" << B_
+       << " Hq=" << Hq_ << " Hkv=" << Hkv_ << " L=" << L_ << " D=" << D_;
+    if (paged_) os << " page_size=" << P_;
+    os << " splits=" << p_.splits;
+    return os.str();
+  }
+
+  Context& ctx_;
+  OpRequest r_;
+  bool paged_;
+  bool fault_ = false;
+  int B_ = 0, Hq_ = 0, Hkv_ = 0, L_ = 0, D_ = 0, P_ = 0, pps_ = 0;
+  int chunk_ = 1;
+  DeviceBuffer q_, out_, k_, v_, bt_, ws_;
+  std::vector<std::int32_t> bt_host_;
+  DecodeAttentionParams p_;
+};
+
+
+}  // namespace
+
 }  // namespace phasebench::cuda
+
+PHASEBENCH_CUDA_OPS(decode_attention) {
+  using namespace phasebench;
+  using namespace phasebench::cuda;
+  auto types = [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16; };
+  auto workspace = [](const OpRequest& r, const Context& ctx) -> std::uint64_t {
+    return split_plan(ctx, r).workspace_floats * sizeof(float);
+  };
+  auto prepare = [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
+    return std::make_unique<DecodeAttentionOp>(ctx, r);
+  };
+  registry.add({kDecodeAttention, Impl::own, types, {}, request_unsupported, workspace, prepare});
+  registry.add({kDecodeAttentionPaged, Impl::own, types, {}, request_unsupported, workspace, prepare});
+}

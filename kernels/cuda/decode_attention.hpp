@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "phasebench/dtype.hpp"
@@ -35,8 +36,8 @@ struct DecodeAttentionParams {
 };
 
 // Supported: D in {64, 128, 256}, Hq % Hkv == 0, bf16/fp16, page size a multiple of 16.
-// Returns an empty string when supported, else what is wrong and what is supported.
-std::string decode_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool paged,
+// What is wrong and what is supported, or nothing when supported.
+std::optional<std::string> decode_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool paged,
                                          long long page_size);
 
 // Most splits of one decode (workspace and reduction size).
@@ -59,6 +60,18 @@ int decode_split_chunk(int L, int splits, int align);
 
 // fp32 workspace for the partial results of `splits` > 1: B*Hq*splits*(D+1) floats.
 std::size_t decode_attention_workspace_floats(int B, int Hq, int D, int splits);
+
+// The split-KV plan of one decode on a device of `sm_count` SMs: `requested`
+// splits (0: choose_decode_splits), at most one per token, each chunk a multiple
+// of the page size (paged: page_size > 0) or of 64 tokens; and its workspace.
+// The decode attention benchmark and the whole layer plan alike.
+struct DecodeSplitPlan {
+  int splits = 1;
+  int chunk = 1;  // tokens per split
+  std::size_t workspace_floats = 0;
+};
+DecodeSplitPlan plan_decode_splits(DType dtype, int B, int Hq, int Hkv, int L, int D, int page_size,
+                                   std::uint64_t requested, int sm_count);
 
 // Enqueue on `stream` (no synchronisation). `chunk` tokens per split
 // (decode_split_chunk); p.splits == ceil(L / chunk).

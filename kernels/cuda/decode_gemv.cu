@@ -35,8 +35,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "cuda/cuda_op.hpp"
 #include "cuda/linear_verify.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/linear.hpp"
 
 namespace phasebench::cuda {
 
@@ -218,10 +220,10 @@ class DecodeGemvOp final : public PreparedOp {
  public:
   DecodeGemvOp(Context& ctx, const OpRequest& r)
       : ctx_(ctx),
-        shape_(r.linear),
+        shape_(LinearShape::of(r.shape)),
         type_(r.dtype),
-        operands_(make_linear_operands(r.linear, r.dtype, r.dtype, r.seed, ctx.stream)),
-        gemv_(ctx, r.dtype, r.linear) {}
+        operands_(make_linear_operands(shape_, r.dtype, r.dtype, r.seed, ctx.stream)),
+        gemv_(ctx, r.dtype, shape_) {}
   void run() override { gemv_.run(operands_.X.get(), operands_.W.get(), operands_.Y.get(), ctx_.stream); }
   void verify() override {
     run();
@@ -238,12 +240,14 @@ class DecodeGemvOp final : public PreparedOp {
 
 }  // namespace
 
+std::uint64_t decode_gemv_row_blocks(std::uint64_t N) { return (N + kRowsPerBlock - 1) / kRowsPerBlock; }
+
 std::optional<std::string> decode_gemv_unsupported(DType t, const LinearShape& s) {
   if (t != DType::bf16 && t != DType::fp16)
     return "decode_gemv supports bf16 and fp16 only, not " + std::string(to_string(t));
   if (s.M < 1 || s.M > kGemvMaxBatch)
     return "decode_gemv handles a batch (M) of 1.." + std::to_string(kGemvMaxBatch) + ", not " + std::to_string(s.M) +
-           "; use --impl=blas for larger M";
+           "; cuBLASLt (impl blas) takes larger M";
   if (s.N == 0 || s.K == 0) return "decode_gemv: N and K must be positive";
   if (s.K % 8 != 0)
     return "decode_gemv needs K to be a multiple of 8 (rows of W are read as 16-byte vectors and must stay aligned); K = " +
@@ -254,7 +258,7 @@ std::optional<std::string> decode_gemv_unsupported(DType t, const LinearShape& s
 
 DecodeGemv::DecodeGemv(const Context& ctx, DType t, const LinearShape& s) : type_(t), shape_(s) {
   if (auto why = decode_gemv_unsupported(t, s)) throw Unsupported(*why);
-  row_blocks_ = (s.N + kRowsPerBlock - 1) / kRowsPerBlock;
+  row_blocks_ = decode_gemv_row_blocks(s.N);
   groups_per_row_block_ = (s.K + kKPerGroup - 1) / kKPerGroup;
   const std::uint64_t units = row_blocks_ * groups_per_row_block_;
   int per_sm = 0;
@@ -298,8 +302,22 @@ std::string DecodeGemv::describe() const {
   return os.str();
 }
 
-std::unique_ptr<PreparedOp> make_decode_gemv_op(Context& ctx, const OpRequest& r) {
-  return std::make_unique<DecodeGemvOp>(ctx, r);
-}
-
 }  // namespace phasebench::cuda
+
+// Our GEMV is the decode linear layer (kind linear, impl own) for batches up to
+// kGemvMaxBatch; beyond, the sweep keeps to cuBLASLt.
+PHASEBENCH_CUDA_OPS(decode_gemv) {
+  using namespace phasebench;
+  using namespace phasebench::cuda;
+  registry.add({kLinear, Impl::own, [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16; },
+                [](const OpRequest& r) { return r.shape["M"] <= kGemvMaxBatch; },
+                [](const OpRequest& r, const Context&) { return decode_gemv_unsupported(r.dtype, LinearShape::of(r.shape)); },
+                // The split-K reduction's fp32 accumulators and arrival counters.
+                [](const OpRequest& r, const Context&) -> std::uint64_t {
+                  const auto s = LinearShape::of(r.shape);
+                  return s.M * s.N * sizeof(float) + decode_gemv_row_blocks(s.N) * sizeof(unsigned);
+                },
+                [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
+                  return std::make_unique<DecodeGemvOp>(ctx, r);
+                }});
+}

@@ -37,7 +37,7 @@ class DecodeGemv {
   DeviceBuffer counters_;  // unsigned [row_blocks]
 };
 
-// OpKind::linear, Impl::own: the prepared op (inputs filled, output allocated).
-std::unique_ptr<PreparedOp> make_decode_gemv_op(Context& ctx, const OpRequest& r);
+// Row blocks of N (the split-K reduction's arrival counters).
+std::uint64_t decode_gemv_row_blocks(std::uint64_t N);
 
 }  // namespace phasebench::cuda

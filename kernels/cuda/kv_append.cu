@@ -1,9 +1,21 @@
+// KV append on CUDA (kv_append.hpp): the copy kernel into a contiguous cache or
+// a paged pool, and the operation (kinds kv_append and kv_append_paged) that
+// checks every appended slot and its neighbours bit for bit.
 #include "cuda/kv_append.hpp"
 
+#include <algorithm>
+#include <climits>
+#include <memory>
+#include <sstream>
 #include <stdexcept>
 
+#include "common/numeric.hpp"
+#include "common/paged_kv.hpp"
+#include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
+#include "cuda/cuda_op.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/kv_append.hpp"
 
 namespace phasebench::cuda {
 
@@ -44,20 +56,19 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-std::string kv_append_unsupported(DType dtype, long long D, bool paged, long long page_size) {
+std::optional<std::string> kv_append_unsupported(DType dtype, long long D, bool paged, long long page_size) {
   if (element_bytes(dtype) != 2)
     return "KV append: dtype " + std::string(to_string(dtype)) + " is not supported on CUDA; use bf16 or fp16";
   if (D <= 0 || D % 8 != 0)
     return "KV append: head_dim " + std::to_string(D) + " is not supported; use a multiple of 8 (16-byte vectors)";
   if (paged && (page_size < 16 || page_size % 16 != 0))
     return "KV append: page size " + std::to_string(page_size) + " is not supported; use a multiple of 16";
-  return {};
+  return std::nullopt;
 }
 
 void launch_kv_append(const KvAppendParams& p, cudaStream_t stream) {
   const bool paged = p.block_table != nullptr;
-  const std::string why = kv_append_unsupported(p.dtype, p.D, paged, p.page_size);
-  if (!why.empty()) throw Unsupported(why);
+  if (auto why = kv_append_unsupported(p.dtype, p.D, paged, p.page_size)) throw Unsupported(*why);
   if (p.B <= 0 || p.S <= 0 || p.Hkv <= 0) throw Unsupported("KV append: batch, tokens and kv heads must be >= 1");
   const long long capacity = paged ? static_cast<long long>(p.pages_per_seq) * p.page_size : p.capacity;
   if (p.pos < 0 || p.pos + static_cast<long long>(p.S) > capacity)
@@ -82,4 +93,194 @@ void launch_kv_append(const KvAppendParams& p, cudaStream_t stream) {
   PB_CUDA_CHECK_LAUNCH("kv_append_kernel");
 }
 
+// ---- the operation ----------------------------------------------------------------
+
+namespace {
+
+std::optional<std::string> request_unsupported(const OpRequest& r, const Context&) {
+  const auto a = KvAppendShape::of(r.shape);
+  const bool paged = r.kind == kKvAppendPaged;
+  const std::uint64_t P = paged ? r.params["page_size"] : 0, cap = r.params["capacity"];
+  if (auto why = kv_append_unsupported(r.dtype, static_cast<long long>(a.D), paged, static_cast<long long>(P)))
+    return why;
+  if (a.B == 0 || a.S == 0 || a.Hkv == 0) return std::string("KV append: batch, tokens and kv heads must be >= 1");
+  if (cap < a.S)
+    return "KV append: capacity " + std::to_string(cap) + " is smaller than the " + std::to_string(a.S) +
+           " tokens appended";
+  if (cap > static_cast<std::uint64_t>(INT_MAX)) return std::string("KV append: capacity exceeds 2^31 - 1");
+  if (a.B * a.S * a.Hkv * (a.D / 8) >= (1ull << 31))
+    return std::string("KV append: more than 2^31 16-byte vectors per call (the kernel's limit)");
+  if (paged && a.B * pages_per_sequence(cap, P) > static_cast<std::uint64_t>(INT_MAX))
+    return std::string("KV append (paged): more than 2^31 pages");
+  return std::nullopt;
+}
+
+class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
+ public:
+  KvAppendOp(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r), paged_(r.kind == kKvAppendPaged) {
+    const auto a = KvAppendShape::of(r.shape);
+    B_ = static_cast<int>(a.B);  // cannot_run checked that every dimension fits in int
+    S_ = static_cast<int>(a.S);
+    Hkv_ = static_cast<int>(a.Hkv);
+    D_ = static_cast<int>(a.D);
+    cap_ = static_cast<int>(r.params["capacity"]);
+    pos_ = cap_ - S_;
+    const std::size_t es = element_bytes(r.dtype);
+    new_elems_ = static_cast<std::size_t>(B_) * S_ * Hkv_ * D_;
+    if (paged_) {
+      P_ = static_cast<int>(r.params["page_size"]);
+      pps_ = static_cast<int>(pages_per_sequence(r.params["capacity"], r.params["page_size"]));
+      cache_elems_ = static_cast<std::size_t>(B_) * pps_ * Hkv_ * P_ * D_;
+    } else {
+      cache_elems_ = static_cast<std::size_t>(B_) * Hkv_ * cap_ * D_;
+    }
+
+    k_new_ = DeviceBuffer(new_elems_ * es);
+    v_new_ = DeviceBuffer(new_elems_ * es);
+    k_cache_ = DeviceBuffer(cache_elems_ * es);
+    v_cache_ = DeviceBuffer(cache_elems_ * es);
+    fill_random(k_new_.get(), r.dtype, new_elems_, seed_of(r.seed, KvBuf::k_new), 1.0f, ctx.stream);
+    fill_random(v_new_.get(), r.dtype, new_elems_, seed_of(r.seed, KvBuf::v_new), 1.0f, ctx.stream);
+    fill_random(k_cache_.get(), r.dtype, cache_elems_, seed_of(r.seed, KvBuf::k), 1.0f, ctx.stream);
+    fill_random(v_cache_.get(), r.dtype, cache_elems_, seed_of(r.seed, KvBuf::v), 1.0f, ctx.stream);
+    if (paged_) {
+      bt_host_ = scattered_block_table(static_cast<std::uint64_t>(B_), static_cast<std::uint64_t>(pps_),
+                                       seed_of(r.seed, KvBuf::block_table));
+      bt_ = DeviceBuffer(bt_host_.size() * sizeof(std::int32_t));
+      upload(bt_.get(), bt_host_.data(), bt_.bytes(), ctx.stream);
+    }
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+
+    p_.dtype = r.dtype;
+    p_.k_new = k_new_.get();
+    p_.v_new = v_new_.get();
+    p_.k_cache = k_cache_.get();
+    p_.v_cache = v_cache_.get();
+    p_.block_table = paged_ ? bt_.as<std::int32_t>() : nullptr;
+    p_.B = B_;
+    p_.S = S_;
+    p_.Hkv = Hkv_;
+    p_.D = D_;
+    p_.capacity = cap_;
+    p_.pos = pos_;
+    p_.page_size = P_;
+    p_.pages_per_seq = pps_;
+  }
+
+  void run() override { launch_kv_append(p_, ctx_.stream); }
+
+  void verify() override {
+    run();
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    const std::size_t es = element_bytes(r_.dtype);
+    const std::size_t D = static_cast<std::size_t>(D_);
+    // Test hook: zero the first appended K slot (batch 0, head 0, position pos).
+    corrupt_for_test(fault_, byte_ptr(k_cache_.get(), cache_offset(0, 0, pos_), es), D * es, ctx_.stream);
+    // Batches checked: all up to 8, else 8 spread incl. the first and the last.
+    const auto batches = spread_sample(static_cast<std::uint64_t>(B_), 8);
+    // Positions read back: the appended ones plus up to 16 untouched ones before them
+    // (and, paged, the unused slots after the capacity in the last page).
+    const int lo = std::max(0, pos_ - 16);
+    for (const std::uint64_t b : batches) {
+      const std::size_t new_off = static_cast<std::size_t>(b) * S_ * Hkv_ * D;
+      for (int which = 0; which < 2; ++which) {
+        const void* src_new = which == 0 ? k_new_.get() : v_new_.get();
+        const void* cache = which == 0 ? k_cache_.get() : v_cache_.get();
+        const char* name = which == 0 ? "K" : "V";
+        const std::uint64_t cache_seed = seed_of(r_.seed, which == 0 ? KvBuf::k : KvBuf::v);
+        const std::vector<std::uint16_t> fresh = download_u16(byte_ptr(src_new, new_off, es), S_ * Hkv_ * D, ctx_.stream);
+        // slots: host copy of positions [lo, end) of every head of sequence b, [h][t - lo][D] or per page.
+        const int end = paged_ ? pps_ * P_ : cap_;
+        std::vector<std::uint16_t> got(static_cast<std::size_t>(Hkv_) * (end - lo) * D);
+        if (!paged_) {
+          PB_CUDA_CHECK(cudaMemcpy2DAsync(got.data(), (end - lo) * D * es, byte_ptr(cache, cache_offset(b, 0, lo), es),
+                                          static_cast<std::size_t>(cap_) * D * es, (end - lo) * D * es, Hkv_,
+                                          cudaMemcpyDeviceToHost, ctx_.stream));
+        } else {
+          for (int h = 0; h < Hkv_; ++h)
+            for (int t = lo; t < end;) {
+              const int n = std::min(end - t, P_ - t % P_);  // slots of t's page from t on
+              PB_CUDA_CHECK(cudaMemcpyAsync(got.data() + (static_cast<std::size_t>(h) * (end - lo) + (t - lo)) * D,
+                                            byte_ptr(cache, cache_offset(b, h, t), es), n * D * es,
+                                            cudaMemcpyDeviceToHost, ctx_.stream));
+              t += n;
+            }
+        }
+        PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+        for (int h = 0; h < Hkv_; ++h)
+          for (int t = lo; t < end; ++t) {
+            const std::uint16_t* slot = got.data() + (static_cast<std::size_t>(h) * (end - lo) + (t - lo)) * D;
+            const std::size_t base = cache_offset(b, h, t);
+            for (std::size_t d = 0; d < D; ++d) {
+              std::uint16_t want;
+              const char* kind;
+              if (t >= pos_ && t < cap_) {
+                want = fresh[(static_cast<std::size_t>(t - pos_) * Hkv_ + h) * D + d];
+                kind = "appended";
+              } else {
+                want = encode_host(r_.dtype, numeric::random_value(cache_seed, base + d, 1.0f));
+                kind = "untouched";
+              }
+              if (slot[d] != want) {
+                std::ostringstream os;
+                os << shape() << ": " << name << " cache, " << kind << " slot (batch " << b << ", head " << h
+                   << ", position " << t << ", element " << d << ") holds 0x" << std::hex << slot[d]
+                   << ", expected 0x" << want << (t >= pos_ && t < cap_ ? " (the new token's bits)" : " (its fill value)");
+                throw VerificationError(os.str());
+              }
+            }
+          }
+      }
+    }
+  }
+
+  std::vector<float> output_as_float() override {
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return download_as_float(k_cache_.get(), r_.dtype, cache_elems_, ctx_.stream);
+  }
+  void set_fault_injection(bool on) override { fault_ = on; }
+
+ private:
+  // Element offset of (batch b, head h, position t) in the cache or pool.
+  std::size_t cache_offset(std::size_t b, std::size_t h, std::size_t t) const {
+    const std::size_t D = static_cast<std::size_t>(D_);
+    if (!paged_) return ((b * Hkv_ + h) * cap_ + t) * D;
+    const std::size_t P = static_cast<std::size_t>(P_);
+    const std::size_t page = static_cast<std::size_t>(bt_host_[b * pps_ + t / P]);
+    return ((page * Hkv_ + h) * P + t % P) * D;
+  }
+  std::string shape() const {
+    std::ostringstream os;
+    os << (paged_ ? "KV append (paged)" : "KV append") << " " << to_string(r_.dtype) << " B=" << B_ << " S=" << S_
+       << " Hkv=" << Hkv_ << " D=" << D_ << " capacity=" << cap_;
+    if (paged_) os << " page_size=" << P_;
+    return os.str();
+  }
+
+  Context& ctx_;
+  OpRequest r_;
+  bool paged_;
+  bool fault_ = false;
+  int B_ = 0, S_ = 0, Hkv_ = 0, D_ = 0, cap_ = 0, pos_ = 0, P_ = 0, pps_ = 0;
+  std::size_t new_elems_ = 0, cache_elems_ = 0;
+  DeviceBuffer k_new_, v_new_, k_cache_, v_cache_, bt_;
+  std::vector<std::int32_t> bt_host_;
+  KvAppendParams p_;
+};
+
+
+}  // namespace
+
 }  // namespace phasebench::cuda
+
+PHASEBENCH_CUDA_OPS(kv_append) {
+  using namespace phasebench;
+  using namespace phasebench::cuda;
+  // A bit-exact copy of 16-bit elements.
+  auto types = [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16; };
+  auto prepare = [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
+    return std::make_unique<KvAppendOp>(ctx, r);
+  };
+  registry.add({kKvAppend, Impl::own, types, {}, request_unsupported, {}, prepare});
+  registry.add({kKvAppendPaged, Impl::own, types, {}, request_unsupported, {}, prepare});
+}

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "phasebench/dtype.hpp"
@@ -29,8 +30,8 @@ struct KvAppendParams {
   int pages_per_seq = 0;  // paged only
 };
 
-// Empty when supported, else what is wrong and what is supported.
-std::string kv_append_unsupported(DType dtype, long long D, bool paged, long long page_size);
+// What is wrong and what is supported, or nothing when supported.
+std::optional<std::string> kv_append_unsupported(DType dtype, long long D, bool paged, long long page_size);
 
 void launch_kv_append(const KvAppendParams& p, cudaStream_t stream);
 

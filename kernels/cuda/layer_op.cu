@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -17,6 +18,7 @@
 #include "common/numeric.hpp"
 #include "cpu/reference.hpp"
 #include "cuda/cuda_common.hpp"
+#include "cuda/cuda_op.hpp"
 #include "cuda/decode_attention.hpp"
 #include "cuda/elementwise.hpp"
 #include "cuda/kv_append.hpp"
@@ -25,6 +27,7 @@
 #include "cuda/prefill_attention.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/nvtx.hpp"
+#include "phasebench/ops/layer.hpp"
 
 namespace phasebench::cuda {
 
@@ -38,6 +41,14 @@ enum class Buf : std::uint64_t { x = 11, attn_norm = 12, qkv = 13, o = 14, mlp_n
 std::uint64_t seed_of(std::uint64_t seed, Buf b) { return buffer_seed(seed, static_cast<std::uint64_t>(b)); }
 
 int to_int(std::uint64_t v, const std::string& what) { return to_int32(v, "layer: " + what); }
+
+// The decode step's split-KV plan (contiguous cache, the benchmark's own choice).
+DecodeSplitPlan decode_plan(const Context& ctx, const OpRequest& r) {
+  const ModelConfig m = layer_model(r);
+  const StepShape st = layer_step(r);
+  return plan_decode_splits(r.dtype, to_int(st.batch, "batch"), to_int(m.heads, "heads"), to_int(m.kv_heads, "kv heads"),
+                            to_int(st.context, "context"), to_int(m.head_dim, "head_dim"), 0, 0, ctx.sm_count);
+}
 
 // q, k, v out of the fused projection: qkv [M, Nq + 2*Nkv] -> q [M, Nq], k [M, Nkv],
 // v [M, Nkv]. A copy in 16-byte vectors (Nq and Nkv are multiples of 8 elements).
@@ -141,135 +152,42 @@ std::vector<float> ref_silu_mul(DType t, const std::vector<float>& gu) {
 
 // ---- the op ---------------------------------------------------------------------
 
-class LayerOp final : public PreparedOp, public LayerOpAccess {
+class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
  public:
-  LayerOp(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r) {
-    if (auto why = layer_op_unsupported(ctx, r)) throw Unsupported(*why);
+  WholeLayerOp(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r) {
     const StepShape st = layer_step(r);
+    const ModelConfig m = layer_model(r);
     prefill_ = st.phase == Phase::prefill;
-    const DType t = r.dtype;
     B_ = to_int(st.batch, "batch");
     S_ = to_int(st.new_tokens, "new tokens");
     M_ = to_int(st.batch * st.new_tokens, "tokens");
     L_ = prefill_ ? S_ : to_int(st.context, "context");
-    h_ = to_int(r.layer.hidden, "hidden");
-    I_ = to_int(r.layer.intermediate, "intermediate");
-    Hq_ = to_int(r.layer.heads, "heads");
-    Hkv_ = to_int(r.layer.kv_heads, "kv heads");
-    D_ = to_int(r.layer.head_dim, "head_dim");
+    h_ = to_int(m.hidden, "hidden");
+    I_ = to_int(m.intermediate, "intermediate");
+    Hq_ = to_int(m.heads, "heads");
+    Hkv_ = to_int(m.kv_heads, "kv heads");
+    D_ = to_int(m.head_dim, "head_dim");
     Nq_ = Hq_ * D_;
     Nkv_ = Hkv_ * D_;
     cap_ = L_;                         // prefill: the prompt; decode: the context incl. the new token
     pos_ = prefill_ ? 0 : L_ - 1;      // where the step's first token goes
-    if (B_ > 65535) throw Unsupported("layer: batch " + std::to_string(B_) + " exceeds 65535");
     prefix_ = r.name.empty() ? std::string("layer") : r.name;
 
-    // Decode attention's split-KV, chosen as the decode attention benchmark chooses it.
+    // Decode attention's split-KV, planned as the decode attention benchmark plans it.
     std::size_t ws_floats = 0;
     if (!prefill_) {
-      const int G = Hq_ / Hkv_;
-      const int per_sm = decode_attention_ctas_per_sm(t, D_, G, false);
-      int splits = choose_decode_splits(B_, Hkv_, decode_head_chunks(G), L_, 64, ctx.sm_count, per_sm);
-      chunk_ = decode_split_chunk(L_, splits, 64);
-      splits = (L_ + chunk_ - 1) / chunk_;
-      splits_ = splits;
-      ws_floats = decode_attention_workspace_floats(B_, Hq_, D_, splits);
+      const DecodeSplitPlan plan = decode_plan(ctx, r);
+      chunk_ = plan.chunk;
+      splits_ = plan.splits;
+      ws_floats = plan.workspace_floats;
     }
-    require_memory(ctx, r.footprint_bytes() + ws_floats * sizeof(float), "layer " + shape());
 
-    const std::size_t es = element_bytes(t), M = static_cast<std::size_t>(M_), h = static_cast<std::size_t>(h_),
-                      I = static_cast<std::size_t>(I_), Nq = static_cast<std::size_t>(Nq_),
-                      Nkv = static_cast<std::size_t>(Nkv_), Nqkv = Nq + 2 * Nkv;
-    const std::size_t cache_elems = static_cast<std::size_t>(B_) * Hkv_ * cap_ * D_;
-    auto alloc = [&](DeviceBuffer& b, std::size_t elems) { b = DeviceBuffer(elems * es); };
-    alloc(w_attn_norm_, h);
-    alloc(w_qkv_, Nqkv * h);
-    alloc(w_o_, h * Nq);
-    alloc(w_mlp_norm_, h);
-    alloc(w_gate_up_, 2 * I * h);
-    alloc(w_down_, h * I);
-    alloc(x_, M * h);
-    alloc(xn_, M * h);
-    alloc(qkv_, M * Nqkv);
-    alloc(q_, M * Nq);
-    alloc(k_new_, M * Nkv);
-    alloc(v_new_, M * Nkv);
-    alloc(attn_, M * Nq);
-    alloc(o_, M * h);
-    alloc(xn2_, M * h);
-    alloc(gate_up_, M * 2 * I);
-    alloc(act_, M * I);
-    alloc(out_, M * h);
-    alloc(k_cache_, cache_elems);
-    alloc(v_cache_, cache_elems);
-    positions_ = DeviceBuffer(M * sizeof(std::int32_t));
-    if (ws_floats) ws_ = DeviceBuffer(ws_floats * sizeof(float));
-
-    const auto s = ctx.stream;
-    const std::uint64_t seed = r.seed;
-    auto inv_sqrt = [](std::size_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); };
-    fill_random(x_.get(), t, M * h, seed_of(seed, Buf::x), 1.0f, s);
-    fill_random(w_attn_norm_.get(), t, h, seed_of(seed, Buf::attn_norm), 1.0f, s);
-    fill_random(w_qkv_.get(), t, Nqkv * h, seed_of(seed, Buf::qkv), inv_sqrt(h), s);
-    fill_random(w_o_.get(), t, h * Nq, seed_of(seed, Buf::o), inv_sqrt(Nq), s);
-    fill_random(w_mlp_norm_.get(), t, h, seed_of(seed, Buf::mlp_norm), 1.0f, s);
-    fill_random(w_gate_up_.get(), t, 2 * I * h, seed_of(seed, Buf::gate_up), inv_sqrt(h), s);
-    fill_random(w_down_.get(), t, h * I, seed_of(seed, Buf::down), inv_sqrt(I), s);
-    // The cache holds earlier tokens' K and V (random); the step writes its own.
-    fill_random(k_cache_.get(), t, cache_elems, seed_of(seed, Buf::k), 1.0f, s);
-    fill_random(v_cache_.get(), t, cache_elems, seed_of(seed, Buf::v), 1.0f, s);
-    for (DeviceBuffer* b : {&xn_, &qkv_, &q_, &k_new_, &v_new_, &attn_, &o_, &xn2_, &gate_up_, &act_, &out_})
-      PB_CUDA_CHECK(cudaMemsetAsync(b->get(), 0, b->bytes(), s));
-    std::vector<std::int32_t> pos(M);
-    for (std::size_t m = 0; m < M; ++m) pos[m] = static_cast<std::int32_t>(prefill_ ? m % S_ : pos_);
-    upload(positions_.get(), pos.data(), M * sizeof(std::int32_t), s);
-
-    qkv_proj_ = std::make_unique<CublasLtLinear>(ctx, t, LinearShape{M, Nqkv, h}, xn_.get(), w_qkv_.get(), qkv_.get());
-    o_proj_ = std::make_unique<CublasLtLinear>(ctx, t, LinearShape{M, h, Nq}, attn_.get(), w_o_.get(), o_.get());
-    gate_up_proj_ =
-        std::make_unique<CublasLtLinear>(ctx, t, LinearShape{M, 2 * I, h}, xn2_.get(), w_gate_up_.get(), gate_up_.get());
-    down_proj_ = std::make_unique<CublasLtLinear>(ctx, t, LinearShape{M, h, I}, act_.get(), w_down_.get(), out_.get());
-
-    ap_.dtype = t;
-    ap_.k_new = k_new_.get();
-    ap_.v_new = v_new_.get();
-    ap_.k_cache = k_cache_.get();
-    ap_.v_cache = v_cache_.get();
-    ap_.B = B_;
-    ap_.S = S_;
-    ap_.Hkv = Hkv_;
-    ap_.D = D_;
-    ap_.capacity = cap_;
-    ap_.pos = pos_;
-
-    if (prefill_) {
-      // Prefill attention reads the step's own (roped) k and v: no cached prefix.
-      pp_.dtype = t;
-      pp_.q = q_.get();
-      pp_.k = k_new_.get();
-      pp_.v = v_new_.get();
-      pp_.out = attn_.get();
-      pp_.B = B_;
-      pp_.S = S_;
-      pp_.Hq = Hq_;
-      pp_.Hkv = Hkv_;
-      pp_.D = D_;
-    } else {
-      dp_.dtype = t;
-      dp_.q = q_.get();
-      dp_.out = attn_.get();
-      dp_.k = k_cache_.get();
-      dp_.v = v_cache_.get();
-      dp_.B = B_;
-      dp_.Hq = Hq_;
-      dp_.Hkv = Hkv_;
-      dp_.L = L_;
-      dp_.D = D_;
-      dp_.splits = splits_;
-      dp_.workspace = ws_floats ? ws_.as<float>() : nullptr;
-    }
-    PB_CUDA_CHECK(cudaStreamSynchronize(s));
+    allocate_and_fill(ws_floats);
+    make_matmuls();
+    set_kernel_params(ws_floats);
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   }
+
 
   void run() override {
     const DType t = r_.dtype;
@@ -342,9 +260,8 @@ class LayerOp final : public PreparedOp, public LayerOpAccess {
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
     const DType t = r_.dtype;
-    const std::size_t es = element_bytes(t);
-    const std::size_t h = static_cast<std::size_t>(h_), I = static_cast<std::size_t>(I_), D = static_cast<std::size_t>(D_),
-                      Nq = static_cast<std::size_t>(Nq_), Nkv = static_cast<std::size_t>(Nkv_), Nqkv = Nq + 2 * Nkv;
+    const std::size_t h = static_cast<std::size_t>(h_), I = static_cast<std::size_t>(I_),
+                      Nq = static_cast<std::size_t>(Nq_), Nqkv = Nq + 2 * static_cast<std::size_t>(Nkv_);
     RefWeights w{t, {}, {}, {}, {}, {}, {}};
     w.attn_norm = download_u16(w_attn_norm_.get(), h, ctx_.stream);
     w.qkv = download_u16(w_qkv_.get(), Nqkv * h, ctx_.stream);
@@ -354,8 +271,6 @@ class LayerOp final : public PreparedOp, public LayerOpAccess {
     w.down = download_u16(w_down_.get(), h * I, ctx_.stream);
     const auto base = reference::tolerance_for(t);
     const reference::Tolerance tol{2 * base.atol, 2 * base.rtol};
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-    const int G = Hq_ / Hkv_;
 
     std::vector<std::pair<int, int>> tokens;  // (sequence, token within the step)
     if (prefill_)
@@ -365,86 +280,7 @@ class LayerOp final : public PreparedOp, public LayerOpAccess {
     std::sort(tokens.begin(), tokens.end());
     tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
 
-    for (const auto& [b, s] : tokens) {
-      const std::size_t m = static_cast<std::size_t>(b) * S_ + s;
-      const int pos = prefill_ ? s : pos_;  // cache position (and RoPE position) of the token
-      const std::size_t ctx_len = static_cast<std::size_t>(pos) + 1;
-      std::ostringstream where;
-      where << shape() << ", sequence " << b << ", token " << s << " (position " << pos << ")";
-
-      // attn_norm -> qkv_proj -> rope.
-      const std::vector<float> x = download_as_float(byte_ptr(x_.get(), m * h, es), t, h, ctx_.stream);
-      const std::vector<float> xn = ref_rmsnorm(w, x, w.attn_norm);
-      std::vector<float> qkv;
-      std::vector<double> qkv_abs;
-      ref_linear(w, w.qkv, xn, Nqkv, qkv, &qkv_abs);
-      for (int head = 0; head < Hq_ + Hkv_; ++head)
-        ref_rope(t, qkv.data() + head * D, qkv_abs.data() + head * D, D_, pos);
-
-      // This sequence's K and V cache rows [Hkv][ctx_len][D], read back from the device.
-      std::vector<float> K, V;
-      for (int which = 0; which < 2; ++which) {
-        const void* cache = which == 0 ? k_cache_.get() : v_cache_.get();
-        std::vector<unsigned char> raw(Hkv_ * ctx_len * D * es);
-        PB_CUDA_CHECK(cudaMemcpy2DAsync(raw.data(), ctx_len * D * es,
-                                        byte_ptr(cache, static_cast<std::size_t>(b) * Hkv_ * cap_ * D, es),
-                                        static_cast<std::size_t>(cap_) * D * es, ctx_len * D * es, Hkv_,
-                                        cudaMemcpyDeviceToHost, ctx_.stream));
-        PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-        (which == 0 ? K : V) = reference::to_float(raw.data(), t, raw.size() / es);
-      }
-      // The token's own K and V slots against the reference (qkv_proj, rope, split, append).
-      for (int which = 0; which < 2; ++which) {
-        const std::vector<float>& cache = which == 0 ? K : V;
-        const std::size_t off = Nq + (which == 0 ? 0 : Nkv);
-        std::vector<float> got(Nkv);
-        for (int hk = 0; hk < Hkv_; ++hk)
-          for (std::size_t d = 0; d < D; ++d) got[hk * D + d] = cache[(hk * ctx_len + pos) * D + d];
-        const std::vector<double> want(qkv.begin() + static_cast<std::ptrdiff_t>(off),
-                                       qkv.begin() + static_cast<std::ptrdiff_t>(off + Nkv));
-        const std::vector<double> sc(qkv_abs.begin() + static_cast<std::ptrdiff_t>(off),
-                                     qkv_abs.begin() + static_cast<std::ptrdiff_t>(off + Nkv));
-        reference::check_close(got, want, tol,
-                               where.str() + ": its " + (which == 0 ? "K" : "V") +
-                                   " in the cache (elements are kv_head * D + d)",
-                               &sc);
-      }
-      // attention: keys 0..pos, the token's own from the reference, the others from the cache.
-      const float* own_k = qkv.data() + Nq;
-      const float* own_v = qkv.data() + Nq + Nkv;
-      std::vector<float> attn(Nq);
-      for (int hq = 0; hq < Hq_; ++hq) {
-        const std::size_t hk = static_cast<std::size_t>(hq / G);
-        auto key = [&](std::size_t l) {
-          return l == static_cast<std::size_t>(pos) ? own_k + hk * D : K.data() + (hk * ctx_len + l) * D;
-        };
-        auto value = [&](std::size_t l) {
-          return l == static_cast<std::size_t>(pos) ? own_v + hk * D : V.data() + (hk * ctx_len + l) * D;
-        };
-        reference::decode_attention_head(qkv.data() + hq * D, ctx_len, D, scale, key, value, attn.data() + hq * D);
-      }
-      for (float& a : attn) a = reference::round_to(a, t);
-      {
-        const std::vector<float> got = download_as_float(byte_ptr(attn_.get(), m * Nq, es), t, Nq, ctx_.stream);
-        // Per-head RMS-scaled atol: a wrong softmax (scale, a missing token) moves
-        // the outputs by less than a fixed atol at long contexts. The kernels' own
-        // error (P rounding, 1-ulp differences of q and k) is a small fraction of
-        // that RMS; the output rounding is rtol's.
-        reference::check_rows_close(got, std::vector<double>(attn.begin(), attn.end()), D, tol,
-                                    where.str() + ": attention output (elements are q_head * D + d)");
-      }
-      // o_proj -> mlp_norm -> gate_up_proj -> act_mul -> down_proj.
-      std::vector<float> o, gu, out;
-      ref_linear(w, w.o, attn, h, o, nullptr);
-      const std::vector<float> xn2 = ref_rmsnorm(w, o, w.mlp_norm);
-      ref_linear(w, w.gate_up, xn2, 2 * I, gu, nullptr);
-      const std::vector<float> act = ref_silu_mul(t, gu);
-      std::vector<double> out_abs;
-      ref_linear(w, w.down, act, h, out, &out_abs, false);
-      const std::vector<float> got = download_as_float(byte_ptr(out_.get(), m * h, es), t, h, ctx_.stream);
-      reference::check_close(got, std::vector<double>(out.begin(), out.end()), tol,
-                             where.str() + ": layer output (elements are hidden indices)", &out_abs);
-    }
+    for (const auto& [b, s] : tokens) verify_token(w, tol, b, s);
   }
 
   std::vector<float> output_as_float() override {
@@ -454,6 +290,202 @@ class LayerOp final : public PreparedOp, public LayerOpAccess {
   void set_fault_injection(bool on) override { fault_ = on; }
 
  private:
+  // One token through the reference layer (see verify()), compared at its K and V
+  // in the cache, its attention output and the layer's output.
+  void verify_token(const RefWeights& w, const reference::Tolerance& tol, int b, int s) {
+    const DType t = r_.dtype;
+    const std::size_t es = element_bytes(t);
+    const std::size_t h = static_cast<std::size_t>(h_), I = static_cast<std::size_t>(I_), D = static_cast<std::size_t>(D_),
+                      Nq = static_cast<std::size_t>(Nq_), Nkv = static_cast<std::size_t>(Nkv_), Nqkv = Nq + 2 * Nkv;
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    const int G = Hq_ / Hkv_;
+    const std::size_t m = static_cast<std::size_t>(b) * S_ + s;
+    const int pos = prefill_ ? s : pos_;  // cache position (and RoPE position) of the token
+    const std::size_t ctx_len = static_cast<std::size_t>(pos) + 1;
+    std::ostringstream where;
+    where << shape() << ", sequence " << b << ", token " << s << " (position " << pos << ")";
+
+    // attn_norm -> qkv_proj -> rope.
+    const std::vector<float> x = download_as_float(byte_ptr(x_.get(), m * h, es), t, h, ctx_.stream);
+    const std::vector<float> xn = ref_rmsnorm(w, x, w.attn_norm);
+    std::vector<float> qkv;
+    std::vector<double> qkv_abs;
+    ref_linear(w, w.qkv, xn, Nqkv, qkv, &qkv_abs);
+    for (int head = 0; head < Hq_ + Hkv_; ++head)
+      ref_rope(t, qkv.data() + head * D, qkv_abs.data() + head * D, D_, pos);
+
+    // This sequence's K and V cache rows [Hkv][ctx_len][D], read back from the device.
+    std::vector<float> K, V;
+    for (int which = 0; which < 2; ++which) {
+      const void* cache = which == 0 ? k_cache_.get() : v_cache_.get();
+      std::vector<unsigned char> raw(Hkv_ * ctx_len * D * es);
+      PB_CUDA_CHECK(cudaMemcpy2DAsync(raw.data(), ctx_len * D * es,
+                                      byte_ptr(cache, static_cast<std::size_t>(b) * Hkv_ * cap_ * D, es),
+                                      static_cast<std::size_t>(cap_) * D * es, ctx_len * D * es, Hkv_,
+                                      cudaMemcpyDeviceToHost, ctx_.stream));
+      PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+      (which == 0 ? K : V) = reference::to_float(raw.data(), t, raw.size() / es);
+    }
+    // The token's own K and V slots against the reference (qkv_proj, rope, split, append).
+    for (int which = 0; which < 2; ++which) {
+      const std::vector<float>& cache = which == 0 ? K : V;
+      const std::size_t off = Nq + (which == 0 ? 0 : Nkv);
+      std::vector<float> got(Nkv);
+      for (int hk = 0; hk < Hkv_; ++hk)
+        for (std::size_t d = 0; d < D; ++d) got[hk * D + d] = cache[(hk * ctx_len + pos) * D + d];
+      const std::vector<double> want(qkv.begin() + static_cast<std::ptrdiff_t>(off),
+                                     qkv.begin() + static_cast<std::ptrdiff_t>(off + Nkv));
+      const std::vector<double> sc(qkv_abs.begin() + static_cast<std::ptrdiff_t>(off),
+                                   qkv_abs.begin() + static_cast<std::ptrdiff_t>(off + Nkv));
+      reference::check_close(got, want, tol,
+                             where.str() + ": its " + (which == 0 ? "K" : "V") +
+                                 " in the cache (elements are kv_head * D + d)",
+                             &sc);
+    }
+    // attention: keys 0..pos, the token's own from the reference, the others from the cache.
+    const float* own_k = qkv.data() + Nq;
+    const float* own_v = qkv.data() + Nq + Nkv;
+    std::vector<float> attn(Nq);
+    for (int hq = 0; hq < Hq_; ++hq) {
+      const std::size_t hk = static_cast<std::size_t>(hq / G);
+      auto key = [&](std::size_t l) {
+        return l == static_cast<std::size_t>(pos) ? own_k + hk * D : K.data() + (hk * ctx_len + l) * D;
+      };
+      auto value = [&](std::size_t l) {
+        return l == static_cast<std::size_t>(pos) ? own_v + hk * D : V.data() + (hk * ctx_len + l) * D;
+      };
+      reference::decode_attention_head(qkv.data() + hq * D, ctx_len, D, scale, key, value, attn.data() + hq * D);
+    }
+    for (float& a : attn) a = reference::round_to(a, t);
+    {
+      const std::vector<float> got = download_as_float(byte_ptr(attn_.get(), m * Nq, es), t, Nq, ctx_.stream);
+      // Per-head RMS-scaled atol: a wrong softmax (scale, a missing token) moves
+      // the outputs by less than a fixed atol at long contexts. The kernels' own
+      // error (P rounding, 1-ulp differences of q and k) is a small fraction of
+      // that RMS; the output rounding is rtol's.
+      reference::check_rows_close(got, std::vector<double>(attn.begin(), attn.end()), D, tol,
+                                  where.str() + ": attention output (elements are q_head * D + d)");
+    }
+    // o_proj -> mlp_norm -> gate_up_proj -> act_mul -> down_proj.
+    std::vector<float> o, gu, out;
+    ref_linear(w, w.o, attn, h, o, nullptr);
+    const std::vector<float> xn2 = ref_rmsnorm(w, o, w.mlp_norm);
+    ref_linear(w, w.gate_up, xn2, 2 * I, gu, nullptr);
+    const std::vector<float> act = ref_silu_mul(t, gu);
+    std::vector<double> out_abs;
+    ref_linear(w, w.down, act, h, out, &out_abs, false);
+    const std::vector<float> got = download_as_float(byte_ptr(out_.get(), m * h, es), t, h, ctx_.stream);
+    reference::check_close(got, std::vector<double>(out.begin(), out.end()), tol,
+                           where.str() + ": layer output (elements are hidden indices)", &out_abs);
+  }
+
+  // Every buffer of the layer (none reused), weights scaled by 1/sqrt(fan-in),
+  // the cache filled as earlier tokens' K and V, activations zeroed, positions.
+  void allocate_and_fill(std::size_t ws_floats) {
+    const DType t = r_.dtype;
+    const std::uint64_t seed = r_.seed;
+    const auto s = ctx_.stream;
+    const std::size_t es = element_bytes(t), M = static_cast<std::size_t>(M_), h = static_cast<std::size_t>(h_),
+                      I = static_cast<std::size_t>(I_), Nq = static_cast<std::size_t>(Nq_),
+                      Nkv = static_cast<std::size_t>(Nkv_), Nqkv = Nq + 2 * Nkv;
+    const std::size_t cache_elems = static_cast<std::size_t>(B_) * Hkv_ * cap_ * D_;
+    auto alloc = [&](DeviceBuffer& b, std::size_t elems) { b = DeviceBuffer(elems * es); };
+    alloc(w_attn_norm_, h);
+    alloc(w_qkv_, Nqkv * h);
+    alloc(w_o_, h * Nq);
+    alloc(w_mlp_norm_, h);
+    alloc(w_gate_up_, 2 * I * h);
+    alloc(w_down_, h * I);
+    alloc(x_, M * h);
+    alloc(xn_, M * h);
+    alloc(qkv_, M * Nqkv);
+    alloc(q_, M * Nq);
+    alloc(k_new_, M * Nkv);
+    alloc(v_new_, M * Nkv);
+    alloc(attn_, M * Nq);
+    alloc(o_, M * h);
+    alloc(xn2_, M * h);
+    alloc(gate_up_, M * 2 * I);
+    alloc(act_, M * I);
+    alloc(out_, M * h);
+    alloc(k_cache_, cache_elems);
+    alloc(v_cache_, cache_elems);
+    positions_ = DeviceBuffer(M * sizeof(std::int32_t));
+    if (ws_floats) ws_ = DeviceBuffer(ws_floats * sizeof(float));
+
+    auto inv_sqrt = [](std::size_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); };
+    fill_random(x_.get(), t, M * h, seed_of(seed, Buf::x), 1.0f, s);
+    fill_random(w_attn_norm_.get(), t, h, seed_of(seed, Buf::attn_norm), 1.0f, s);
+    fill_random(w_qkv_.get(), t, Nqkv * h, seed_of(seed, Buf::qkv), inv_sqrt(h), s);
+    fill_random(w_o_.get(), t, h * Nq, seed_of(seed, Buf::o), inv_sqrt(Nq), s);
+    fill_random(w_mlp_norm_.get(), t, h, seed_of(seed, Buf::mlp_norm), 1.0f, s);
+    fill_random(w_gate_up_.get(), t, 2 * I * h, seed_of(seed, Buf::gate_up), inv_sqrt(h), s);
+    fill_random(w_down_.get(), t, h * I, seed_of(seed, Buf::down), inv_sqrt(I), s);
+    // The cache holds earlier tokens' K and V (random); the step writes its own.
+    fill_random(k_cache_.get(), t, cache_elems, seed_of(seed, Buf::k), 1.0f, s);
+    fill_random(v_cache_.get(), t, cache_elems, seed_of(seed, Buf::v), 1.0f, s);
+    for (DeviceBuffer* b : {&xn_, &qkv_, &q_, &k_new_, &v_new_, &attn_, &o_, &xn2_, &gate_up_, &act_, &out_})
+      PB_CUDA_CHECK(cudaMemsetAsync(b->get(), 0, b->bytes(), s));
+    std::vector<std::int32_t> pos(M);
+    for (std::size_t i = 0; i < M; ++i) pos[i] = static_cast<std::int32_t>(prefill_ ? i % S_ : pos_);
+    upload(positions_.get(), pos.data(), M * sizeof(std::int32_t), s);
+  }
+
+  // The four projections through cuBLASLt, bound to their buffers.
+  void make_matmuls() {
+    const DType t = r_.dtype;
+    const std::size_t M = static_cast<std::size_t>(M_), h = static_cast<std::size_t>(h_), I = static_cast<std::size_t>(I_),
+                      Nq = static_cast<std::size_t>(Nq_), Nqkv = Nq + 2 * static_cast<std::size_t>(Nkv_);
+    qkv_proj_ = std::make_unique<CublasLtLinear>(ctx_, t, LinearShape{M, Nqkv, h}, xn_.get(), w_qkv_.get(), qkv_.get());
+    o_proj_ = std::make_unique<CublasLtLinear>(ctx_, t, LinearShape{M, h, Nq}, attn_.get(), w_o_.get(), o_.get());
+    gate_up_proj_ =
+        std::make_unique<CublasLtLinear>(ctx_, t, LinearShape{M, 2 * I, h}, xn2_.get(), w_gate_up_.get(), gate_up_.get());
+    down_proj_ = std::make_unique<CublasLtLinear>(ctx_, t, LinearShape{M, h, I}, act_.get(), w_down_.get(), out_.get());
+  }
+
+  // The parameters of the KV-append and attention kernels.
+  void set_kernel_params(std::size_t ws_floats) {
+    const DType t = r_.dtype;
+    ap_.dtype = t;
+    ap_.k_new = k_new_.get();
+    ap_.v_new = v_new_.get();
+    ap_.k_cache = k_cache_.get();
+    ap_.v_cache = v_cache_.get();
+    ap_.B = B_;
+    ap_.S = S_;
+    ap_.Hkv = Hkv_;
+    ap_.D = D_;
+    ap_.capacity = cap_;
+    ap_.pos = pos_;
+
+    if (prefill_) {
+      // Prefill attention reads the step's own (roped) k and v: no cached prefix.
+      pp_.dtype = t;
+      pp_.q = q_.get();
+      pp_.k = k_new_.get();
+      pp_.v = v_new_.get();
+      pp_.out = attn_.get();
+      pp_.B = B_;
+      pp_.S = S_;
+      pp_.Hq = Hq_;
+      pp_.Hkv = Hkv_;
+      pp_.D = D_;
+    } else {
+      dp_.dtype = t;
+      dp_.q = q_.get();
+      dp_.out = attn_.get();
+      dp_.k = k_cache_.get();
+      dp_.v = v_cache_.get();
+      dp_.B = B_;
+      dp_.Hq = Hq_;
+      dp_.Hkv = Hkv_;
+      dp_.L = L_;
+      dp_.D = D_;
+      dp_.splits = splits_;
+      dp_.workspace = ws_floats ? ws_.as<float>() : nullptr;
+    }
+  }
+
   std::string shape() const {
     std::ostringstream os;
     os << (prefill_ ? "prefill" : "decode") << " " << to_string(r_.dtype) << " B=" << B_
@@ -479,17 +511,10 @@ class LayerOp final : public PreparedOp, public LayerOpAccess {
   PrefillAttentionParams pp_;
 };
 
-}  // namespace
-
-bool layer_op_implemented(DType dtype, Impl impl) {
-  return impl == Impl::own && (dtype == DType::bf16 || dtype == DType::fp16);
-}
-
-std::optional<std::string> layer_op_unsupported(const Context& ctx, const OpRequest& r) {
-  if (!layer_op_implemented(r.dtype, r.impl))
-    return "layer: the CUDA backend runs whole layers in bf16 or fp16 with impl own, not " +
-           std::string(to_string(r.dtype)) + " " + std::string(to_string(r.impl));
-  const auto& d = r.layer;
+std::optional<std::string> layer_op_unsupported(const OpRequest& r, const Context& ctx) {
+  if (r.dtype != DType::bf16 && r.dtype != DType::fp16)
+    return "layer: the CUDA backend runs whole layers in bf16 or fp16, not " + std::string(to_string(r.dtype));
+  const ModelConfig d = layer_model(r);
   if (d.norms_per_layer != 2)
     return "layer: " + std::to_string(d.norms_per_layer) +
            " norms per layer (sandwich norms, gemma2) are not implemented; the layer runs two";
@@ -505,22 +530,37 @@ std::optional<std::string> layer_op_unsupported(const Context& ctx, const OpRequ
   const auto t = r.dtype;
   const auto Hq = static_cast<long long>(d.heads), Hkv = static_cast<long long>(d.kv_heads),
              D = static_cast<long long>(d.head_dim);
-  std::string why = st.phase == Phase::prefill ? prefill_attention_unsupported(t, Hq, Hkv, D, false)
-                                               : decode_attention_unsupported(t, Hq, Hkv, D, false, 0);
-  if (!why.empty()) return "layer: " + why;
-  why = kv_append_unsupported(t, D, false, 0);
-  if (!why.empty()) return "layer: " + why;
+  if (st.batch > 65535) return "layer: batch " + std::to_string(st.batch) + " exceeds 65535 (a grid dimension)";
+  if (auto why = st.phase == Phase::prefill ? prefill_attention_unsupported(t, Hq, Hkv, D, false)
+                                            : decode_attention_unsupported(t, Hq, Hkv, D, false, 0))
+    return "layer: " + *why;
+  if (auto why = kv_append_unsupported(t, D, false, 0)) return "layer: " + *why;
   const auto M = st.batch * st.new_tokens;
   const auto Nq = d.heads * d.head_dim, Nqkv = (d.heads + 2 * d.kv_heads) * d.head_dim;
+  for (auto [v, name] : {std::pair{M, "batch x tokens"}, {Nqkv, "(heads + 2 kv heads) x head_dim"},
+                         {2 * d.intermediate, "2 x intermediate"}})
+    if (v > static_cast<std::uint64_t>(INT_MAX)) return std::string("layer: ") + name + " exceeds 32-bit indexing";
   for (const LinearShape& s : {LinearShape{M, Nqkv, d.hidden}, LinearShape{M, d.hidden, Nq},
                                LinearShape{M, 2 * d.intermediate, d.hidden}, LinearShape{M, d.hidden, d.intermediate}})
     if (auto w = cublaslt_linear_unsupported(t, s, ctx.cc_major, ctx.cc_minor)) return "layer: " + *w;
   return std::nullopt;
 }
 
-std::unique_ptr<PreparedOp> make_layer_op(Context& ctx, const OpRequest& r) {
-  if (r.kind != OpKind::layer) throw std::logic_error("make_layer_op: not a layer request");
-  return std::make_unique<LayerOp>(ctx, r);
-}
+}  // namespace
 
 }  // namespace phasebench::cuda
+
+PHASEBENCH_CUDA_OPS(layer) {
+  using namespace phasebench;
+  using namespace phasebench::cuda;
+  registry.add({kLayer, Impl::own, [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16; }, {},
+                layer_op_unsupported,
+                // Decode attention's split-KV workspace, beyond the declared footprint.
+                [](const OpRequest& r, const Context& ctx) -> std::uint64_t {
+                  if (r.phase == Phase::prefill) return 0;
+                  return decode_plan(ctx, r).workspace_floats * sizeof(float);
+                },
+                [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
+                  return std::make_unique<WholeLayerOp>(ctx, r);
+                }});
+}

@@ -1,5 +1,5 @@
 #pragma once
-// One whole transformer layer (OpKind::layer) as a PreparedOp: the sequence of
+// One whole transformer layer (kind layer, impl own) as a PreparedOp: the sequence of
 // model.hpp's layer_ops, as an engine runs it, all on the context's stream:
 //
 //   attn_norm (RMSNorm) -> qkv_proj (cuBLASLt) -> rope (q, k in place on qkv)
@@ -12,24 +12,13 @@
 // beyond layer_ops: the attention and KV-append kernels take packed
 // [tokens, heads, D] buffers, the fused projection emits [tokens, (Hq+2Hkv)*D].
 // Each op runs inside an NVTX range "<request name>/<op name>".
-#include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "backend.hpp"
-#include "cuda/cuda_common.hpp"
-
 namespace phasebench::cuda {
 
-// bf16 and fp16, our own composition of kernels (Impl::own).
-bool layer_op_implemented(DType dtype, Impl impl);
-// Why this layer request cannot run (dtype, a dimension no constituent kernel
-// takes, sandwich norms), or nothing. Memory is checked by the caller.
-std::optional<std::string> layer_op_unsupported(const Context& ctx, const OpRequest& r);
-std::unique_ptr<PreparedOp> make_layer_op(Context& ctx, const OpRequest& r);
-
-// Test access to the op make_layer_op returns (dynamic_cast the PreparedOp).
+// The operation is registered in layer_op.cu (bf16 and fp16); make it with
+// make_op (cuda_op.hpp). Test access to that op (dynamic_cast the PreparedOp):
 class LayerOpAccess {
  public:
   virtual ~LayerOpAccess() = default;

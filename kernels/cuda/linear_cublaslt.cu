@@ -4,10 +4,13 @@
 // m = N, n = M, k = K. That is the "TN" layout fp8 requires, so every type uses it.
 #include "cuda/linear_cublaslt.hpp"
 
+#include <memory>
 #include <sstream>
 
+#include "cuda/cuda_op.hpp"
 #include "cuda/linear_verify.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/linear.hpp"
 
 namespace phasebench::cuda {
 
@@ -33,10 +36,10 @@ class CublasLtLinearOp final : public PreparedOp {
  public:
   CublasLtLinearOp(Context& ctx, const OpRequest& r)
       : ctx_(ctx),
-        shape_(r.linear),
+        shape_(LinearShape::of(r.shape)),
         type_(r.dtype),
-        operands_(make_linear_operands(r.linear, r.dtype, linear_output_type(r.dtype), r.seed, ctx.stream)),
-        matmul_(ctx, r.dtype, r.linear, operands_.X.get(), operands_.W.get(), operands_.Y.get()) {}
+        operands_(make_linear_operands(shape_, r.dtype, linear_output_type(r.dtype), r.seed, ctx.stream)),
+        matmul_(ctx, r.dtype, shape_, operands_.X.get(), operands_.W.get(), operands_.Y.get()) {}
   void run() override { matmul_.run(); }
   void verify() override {
     run();
@@ -142,8 +145,24 @@ void CublasLtLinear::run() {
                                  ctx_.workspace.get(), ctx_.workspace.bytes(), ctx_.stream));
 }
 
-std::unique_ptr<PreparedOp> make_cublaslt_linear_op(Context& ctx, const OpRequest& r) {
-  return std::make_unique<CublasLtLinearOp>(ctx, r);
-}
-
 }  // namespace phasebench::cuda
+
+// The vendor library's linear layer (kind linear, impl blas): every dtype but
+// int8; fp8 (e4m3) from compute capability 8.9. Its workspace is the context's.
+PHASEBENCH_CUDA_OPS(linear_cublaslt) {
+  using namespace phasebench;
+  using namespace phasebench::cuda;
+  registry.add({kLinear, Impl::blas,
+                [](DType t, const Context& ctx) {
+                  if (t == DType::fp8) return ctx.cc_major * 10 + ctx.cc_minor >= 89;
+                  return t == DType::fp32 || t == DType::tf32 || t == DType::bf16 || t == DType::fp16;
+                },
+                {},
+                [](const OpRequest& r, const Context& ctx) {
+                  return cublaslt_linear_unsupported(r.dtype, LinearShape::of(r.shape), ctx.cc_major, ctx.cc_minor);
+                },
+                {},
+                [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
+                  return std::make_unique<CublasLtLinearOp>(ctx, r);
+                }});
+}

@@ -45,7 +45,4 @@ class CublasLtLinear {
   std::string description_;
 };
 
-// OpKind::linear, Impl::blas: the prepared op (inputs filled, output allocated).
-std::unique_ptr<PreparedOp> make_cublaslt_linear_op(Context& ctx, const OpRequest& r);
-
 }  // namespace phasebench::cuda

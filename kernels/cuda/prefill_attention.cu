@@ -1,13 +1,24 @@
+// Prefill attention on CUDA (prefill_attention.hpp): the flash kernel (WMMA),
+// the cuBLAS path with a materialised score matrix, and the operation (kind
+// prefill_attention, impls own and blas) verified row by row against the CPU reference.
 #include "cuda/prefill_attention.hpp"
 
 #include <mma.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <sstream>
 #include <stdexcept>
 
+#include "cpu/reference.hpp"
+#include "cuda/attention_ops.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
+#include "cuda/cuda_op.hpp"
+#include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/attention.hpp"
 
 // First version of the flash kernel: WMMA 16x16x16 (bf16/fp16 in, fp32
 // accumulate), plain synchronous tile loads, scores and P staged through a
@@ -279,7 +290,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_kernel(float* 
 
 }  // namespace
 
-std::string prefill_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool blas) {
+std::optional<std::string> prefill_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool blas) {
   if (dtype != DType::bf16 && dtype != DType::fp16)
     return "prefill attention: dtype " + std::string(to_string(dtype)) + " is not supported on CUDA; use bf16 or fp16";
   if (Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0)
@@ -292,7 +303,7 @@ std::string prefill_attention_unsupported(DType dtype, long long Hq, long long H
   } else if (D != 64 && D != 128) {
     return "prefill attention (flash kernel): head_dim " + std::to_string(D) + " is not supported; use 64 or 128";
   }
-  return {};
+  return std::nullopt;
 }
 
 std::size_t prefill_flash_smem_bytes(int D) {
@@ -304,8 +315,7 @@ std::size_t prefill_flash_smem_bytes(int D) {
 }
 
 void launch_prefill_flash(const PrefillAttentionParams& p, cudaStream_t stream) {
-  const std::string why = prefill_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, false);
-  if (!why.empty()) throw Unsupported(why);
+  if (auto why = prefill_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, false)) throw Unsupported(*why);
   if (p.B <= 0 || p.S <= 0) throw Unsupported("prefill attention: batch and prompt length must be >= 1");
   if (p.B > 65535) throw Unsupported("prefill attention: batch " + std::to_string(p.B) + " exceeds 65535");
   const bool bf16 = p.dtype == DType::bf16;
@@ -329,8 +339,7 @@ int prefill_blas_max_seq(int device) {
 }
 
 void launch_prefill_blas(const PrefillAttentionParams& p, float* scores, cublasHandle_t cublas, cudaStream_t stream) {
-  const std::string why = prefill_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, true);
-  if (!why.empty()) throw Unsupported(why);
+  if (auto why = prefill_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, true)) throw Unsupported(*why);
   if (p.B <= 0 || p.S <= 0) throw Unsupported("prefill attention: batch and prompt length must be >= 1");
   const int S = p.S, D = p.D, Hq = p.Hq, Hkv = p.Hkv, G = p.Hq / p.Hkv;
   const cudaDataType_t t = p.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -383,4 +392,150 @@ void launch_prefill_blas(const PrefillAttentionParams& p, float* scores, cublasH
   }
 }
 
+// ---- the operation ----------------------------------------------------------------
+
+namespace {
+
+std::optional<std::string> request_unsupported(const OpRequest& r, const Context& ctx) {
+  const auto a = PrefillAttentionShape::of(r.shape);
+  const bool blas = r.impl == Impl::blas;
+  if (auto why = prefill_attention_unsupported(r.dtype, static_cast<long long>(a.Hq), static_cast<long long>(a.Hkv),
+                                               static_cast<long long>(a.D), blas))
+    return why;
+  if (a.B == 0 || a.S == 0) return std::string("prefill attention: batch and prompt length must be >= 1");
+  if (a.B > 65535) return "prefill attention: batch " + std::to_string(a.B) + " exceeds 65535 (a grid dimension)";
+  if (blas) {
+    const auto max_s = static_cast<std::uint64_t>(prefill_blas_max_seq(ctx.device));
+    if (a.S > max_s)
+      return "prefill attention (cuBLAS): prompt " + std::to_string(a.S) + " exceeds the softmax kernel's limit of " +
+             std::to_string(max_s) + " (one fp32 score row in shared memory)";
+  }
+  return std::nullopt;
+}
+
+// The cuBLAS path's fp32 score matrix B*Hq*S*S*4, beyond the declared footprint.
+std::uint64_t scores_bytes(const OpRequest& r, const Context&) {
+  const auto a = PrefillAttentionShape::of(r.shape);
+  return mul({a.B, a.Hq, a.S, a.S, 4}, "prefill attention (cuBLAS) score matrix");
+}
+
+class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
+ public:
+  PrefillAttentionOp(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r), blas_(r.impl == Impl::blas) {
+    const auto a = PrefillAttentionShape::of(r.shape);
+    p_.dtype = r.dtype;
+    p_.B = static_cast<int>(a.B);  // cannot_run checked that every dimension fits in int
+    p_.S = static_cast<int>(a.S);
+    p_.Hq = static_cast<int>(a.Hq);
+    p_.Hkv = static_cast<int>(a.Hkv);
+    p_.D = static_cast<int>(a.D);
+    const std::size_t es = element_bytes(r.dtype);
+    q_elems_ = static_cast<std::size_t>(p_.B) * p_.S * p_.Hq * p_.D;
+    kv_elems_ = static_cast<std::size_t>(p_.B) * p_.S * p_.Hkv * p_.D;
+    q_ = DeviceBuffer(q_elems_ * es);
+    k_ = DeviceBuffer(kv_elems_ * es);
+    v_ = DeviceBuffer(kv_elems_ * es);
+    out_ = DeviceBuffer(q_elems_ * es);
+    if (blas_) scores_ = DeviceBuffer(prefill_blas_scores_bytes(a.B, a.Hq, a.S));
+    fill_random(q_.get(), r.dtype, q_elems_, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
+    fill_random(k_.get(), r.dtype, kv_elems_, seed_of(r.seed, KvBuf::k), 1.0f, ctx.stream);
+    fill_random(v_.get(), r.dtype, kv_elems_, seed_of(r.seed, KvBuf::v), 1.0f, ctx.stream);
+    PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
+    // The context's cuBLAS handle is already bound to its stream and workspace
+    // (cublasSetStream here would silently drop the workspace).
+    if (blas_ && ctx.cublas == nullptr)
+      throw std::logic_error("prefill attention (cuBLAS): the context has no cuBLAS handle");
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    p_.q = q_.get();
+    p_.k = k_.get();
+    p_.v = v_.get();
+    p_.out = out_.get();
+  }
+
+  void run() override {
+    if (blas_)
+      launch_prefill_blas(p_, scores_.as<float>(), ctx_.cublas, ctx_.stream);
+    else
+      launch_prefill_flash(p_, ctx_.stream);
+  }
+
+  void verify() override {
+    run();
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
+    const DType t = r_.dtype;
+    const std::size_t es = element_bytes(t);
+    const int B = p_.B, S = p_.S, Hq = p_.Hq, Hkv = p_.Hkv, G = Hq / Hkv;
+    const std::size_t D = static_cast<std::size_t>(p_.D);
+    // (batch, head) pairs: corners and the middle.
+    std::vector<std::pair<int, int>> heads = {{0, 0}, {B - 1, Hq - 1}, {B / 2, Hq / 2}, {0, Hq - 1}, {B - 1, 0}};
+    std::sort(heads.begin(), heads.end());
+    heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+    // Rows around the 64-row tiles of the flash kernel (and the cuBLAS path's same rows).
+    const auto rows = reference::prefill_rows_to_check(static_cast<std::uint64_t>(S), 64);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    const reference::Tolerance tol = reference::tolerance_for(t);
+    std::vector<float> ref(D);
+    for (const auto& [b, hq] : heads) {
+      const int hkv = hq / G;
+      const std::size_t qrow0 = (static_cast<std::size_t>(b) * S * Hq + hq) * D;
+      const std::size_t krow0 = (static_cast<std::size_t>(b) * S * Hkv + hkv) * D;
+      const auto q = download_2d_as_float(byte_ptr(q_.get(), qrow0, es), t, S, D, Hq * D, ctx_.stream);
+      const auto o = download_2d_as_float(byte_ptr(out_.get(), qrow0, es), t, S, D, Hq * D, ctx_.stream);
+      const auto k = download_2d_as_float(byte_ptr(k_.get(), krow0, es), t, S, D, Hkv * D, ctx_.stream);
+      const auto v = download_2d_as_float(byte_ptr(v_.get(), krow0, es), t, S, D, Hkv * D, ctx_.stream);
+      for (const std::uint64_t row : rows) {
+        const int i = static_cast<int>(row);  // row < S, which fits in int
+        reference::prefill_attention_row(
+            q.data() + i * D, static_cast<std::size_t>(i), D, scale, [&](std::size_t l) { return k.data() + l * D; },
+            [&](std::size_t l) { return v.data() + l * D; }, ref.data());
+        const std::vector<float> got(o.begin() + static_cast<std::ptrdiff_t>(i * D),
+                                     o.begin() + static_cast<std::ptrdiff_t>((i + 1) * D));
+        const std::vector<double> want(ref.begin(), ref.end());
+        // atol scaled by the row's RMS: late rows average many keys and are small,
+        // so a fixed atol would accept a kernel that drops a whole key tile.
+        reference::check_rows_close(got, want, D, tol,
+                                    shape() + ", batch " + std::to_string(b) + ", query head " + std::to_string(hq) +
+                                        ", row " + std::to_string(i) + " (elements are head_dim indices)");
+      }
+    }
+  }
+
+  std::vector<float> output_as_float() override {
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return download_as_float(out_.get(), r_.dtype, q_elems_, ctx_.stream);
+  }
+  void set_fault_injection(bool on) override { fault_ = on; }
+
+ private:
+  std::string shape() const {
+    std::ostringstream os;
+    os << "prefill attention (" << (blas_ ? "cuBLAS" : "flash") << ") " << to_string(r_.dtype)
+       << " B=" << p_.B << " S=" << p_.S << " Hq=" << p_.Hq << " Hkv=" << p_.Hkv << " D=" << p_.D;
+    return os.str();
+  }
+
+  Context& ctx_;
+  OpRequest r_;
+  bool blas_;
+  bool fault_ = false;
+  std::size_t q_elems_ = 0, kv_elems_ = 0;
+  DeviceBuffer q_, k_, v_, out_, scores_;
+  PrefillAttentionParams p_;
+};
+
+
+}  // namespace
+
 }  // namespace phasebench::cuda
+
+PHASEBENCH_CUDA_OPS(prefill_attention) {
+  using namespace phasebench;
+  using namespace phasebench::cuda;
+  auto types = [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16; };
+  auto prepare = [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
+    return std::make_unique<PrefillAttentionOp>(ctx, r);
+  };
+  registry.add({kPrefillAttention, Impl::own, types, {}, request_unsupported, {}, prepare});
+  registry.add({kPrefillAttention, Impl::blas, types, {}, request_unsupported, scores_bytes, prepare});
+}

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "phasebench/dtype.hpp"
@@ -29,8 +30,8 @@ struct PrefillAttentionParams {
   int B = 0, S = 0, Hq = 0, Hkv = 0, D = 0;
 };
 
-// Empty when the flash kernel / blas path supports the shape, else what is wrong and what is supported.
-std::string prefill_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool blas);
+// What is wrong and what is supported, or nothing when the flash kernel / blas path takes the shape.
+std::optional<std::string> prefill_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool blas);
 
 // Flash kernel: one CTA per (64-query tile, query head, batch), 4 warps of 16 query rows.
 void launch_prefill_flash(const PrefillAttentionParams& p, cudaStream_t stream);

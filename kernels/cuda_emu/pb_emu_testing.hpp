@@ -1,7 +1,12 @@
 #pragma once
-// pb_emu test support, for tests that make launches fail on purpose: on a GPU a
+// pb_emu test support. For tests that make launches fail on purpose: on a GPU a
 // failed kernel leaves the context unusable (a sticky error); the emulation can
-// forget it, so that the next test in the same process starts clean.
+// forget it, so that the next test in the same process starts clean. And what
+// is still queued on the (lazy) streams, to test that a caller waits for it.
+#include <cstddef>
+
 namespace pb_emu {
 void reset_after_failure_for_tests();
+// Launches, copies and memsets enqueued on any stream and not yet run.
+std::size_t queued_work_for_tests();
 }  // namespace pb_emu

@@ -324,6 +324,12 @@ void reset_after_failure_for_tests() {
   g_last = cudaSuccess;
 }
 
+std::size_t queued_work_for_tests() {
+  std::size_t n = 0;
+  for (CUstream_st* s : stream_order()) n += s->queue.size();
+  return n;
+}
+
 std::string check_device_range(const void* p, std::size_t n, const char* what) {
   if (n == 0) return "";
   const auto* a = find_allocation(p);

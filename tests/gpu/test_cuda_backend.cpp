@@ -12,18 +12,17 @@
 #include "backend.hpp"
 #include "cuda/linear_cublaslt.hpp"
 #include "gpu_test_util.hpp"
+#if PHASEBENCH_CUDA_EMU
+#include "pb_emu_testing.hpp"
+#endif
 #include "phasebench/error.hpp"
+#include "phasebench/ops/linear.hpp"
 
 namespace phasebench {
 namespace {
 
-OpRequest linear_request(DType t, Impl impl, std::uint64_t M, std::uint64_t N, std::uint64_t K) {
-  OpRequest r;
-  r.kind = OpKind::linear;
-  r.impl = impl;
-  r.dtype = t;
-  r.linear = {M, N, K};
-  return r;
+OpRequest linear(DType t, Impl impl, std::uint64_t M, std::uint64_t N, std::uint64_t K) {
+  return linear_request({M, N, K}, t, impl);
 }
 
 // One backend for the whole suite: creating handles and measuring ceilings is
@@ -95,7 +94,7 @@ class CublasLtLinear : public CudaBackendTest, public ::testing::WithParamInterf
 TEST_P(CublasLtLinear, MatchesReference) {
   const auto c = GetParam();
   if (c.dtype == DType::fp8 && cc() < 89) GTEST_SKIP() << "fp8 needs compute capability 8.9+";
-  auto r = linear_request(c.dtype, Impl::blas, c.M, c.N, c.K);
+  auto r = linear(c.dtype, Impl::blas, c.M, c.N, c.K);
   ASSERT_FALSE(backend().cannot_run(r).has_value()) << *backend().cannot_run(r);
   auto op = backend().prepare(r);
   EXPECT_NO_THROW(op->verify());
@@ -120,21 +119,21 @@ INSTANTIATE_TEST_SUITE_P(Types, CublasLtLinear, ::testing::ValuesIn(linear_cases
 
 TEST_F(CudaBackendTest, RefusesWithReasons) {
   // Far more memory than any device has.
-  auto huge = linear_request(DType::bf16, Impl::blas, 1 << 20, 1 << 20, 1 << 16);
+  auto huge = linear(DType::bf16, Impl::blas, 1 << 20, 1 << 20, 1 << 16);
   auto why = backend().cannot_run(huge);
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find("GiB free"), std::string::npos) << *why;
   EXPECT_THROW(backend().prepare(huge), Unsupported);
   // fp8 below compute capability 8.9, or with N not a multiple of 16.
   if (cc() < 89) {
-    auto fp8 = linear_request(DType::fp8, Impl::blas, 16, 64, 64);
+    auto fp8 = linear(DType::fp8, Impl::blas, 16, 64, 64);
     ASSERT_TRUE(backend().cannot_run(fp8).has_value());
     EXPECT_NE(backend().cannot_run(fp8)->find("8.9"), std::string::npos);
   } else {
-    auto fp8 = linear_request(DType::fp8, Impl::blas, 16, 60, 64);
+    auto fp8 = linear(DType::fp8, Impl::blas, 16, 60, 64);
     ASSERT_TRUE(backend().cannot_run(fp8).has_value());
   }
-  EXPECT_FALSE(backend().implements(OpKind::elementwise, DType::bf16, Impl::own));
+  EXPECT_FALSE(backend().implements("no_such_op", DType::bf16, Impl::own));
 }
 
 #if !PHASEBENCH_CUDA_EMU  // these two measure the hardware: a real GPU only
@@ -178,7 +177,7 @@ TEST_F(CudaBackendTest, MeasuredCeilingsAreSane) {
 }
 
 TEST_F(CudaBackendTest, TimesProfilesAndReadsClocks) {
-  auto op = backend().prepare(linear_request(DType::bf16, Impl::blas, 512, 512, 512));
+  auto op = backend().prepare(linear(DType::bf16, Impl::blas, 512, 512, 512));
   op->verify();
   for (bool cold : {true, false}) {
     const Sample s = backend().time(*op, TimingOptions{cold, "test/linear"});
@@ -200,7 +199,7 @@ TEST_F(CudaBackendTest, TimesProfilesAndReadsClocks) {
 }
 #else
 TEST_F(CudaBackendTest, TheEmulationVerifiesButNeverTimes) {
-  auto op = backend().prepare(linear_request(DType::bf16, Impl::blas, 64, 64, 64));
+  auto op = backend().prepare(linear(DType::bf16, Impl::blas, 64, 64, 64));
   EXPECT_NO_THROW(op->verify());
   ASSERT_TRUE(backend().cannot_time().has_value());
   EXPECT_NE(backend().cannot_time()->find("never times"), std::string::npos) << *backend().cannot_time();
@@ -220,6 +219,20 @@ TEST_F(CudaBackendTest, TheEmulationVerifiesButNeverTimes) {
   cudaGetLastError();
   cudaEventDestroy(a);
   cudaEventDestroy(b);
+}
+
+// synchronize() waits for what run() enqueued (`phasebench overhead` times a bare
+// loop of runs up to it). The emulation's streams are lazy: the work stays queued
+// until something waits for it.
+TEST_F(CudaBackendTest, SynchronizeWaitsForTheEnqueuedWork) {
+  auto op = backend().prepare(linear(DType::bf16, Impl::blas, 64, 64, 64));
+  backend().synchronize();
+  ASSERT_EQ(pb_emu::queued_work_for_tests(), 0u);
+  op->run();
+  op->run();
+  EXPECT_GT(pb_emu::queued_work_for_tests(), 0u);
+  backend().synchronize();
+  EXPECT_EQ(pb_emu::queued_work_for_tests(), 0u);
 }
 #endif
 

@@ -9,22 +9,18 @@
 #include <string>
 
 #include "backend.hpp"
+#include "cuda/cuda_op.hpp"
 #include "cuda/decode_gemv.hpp"
 #include "cuda/linear_verify.hpp"
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/linear.hpp"
 
 namespace phasebench {
 namespace {
 
 OpRequest gemv_request(DType t, std::uint64_t M, std::uint64_t N, std::uint64_t K, std::uint64_t seed = 7) {
-  OpRequest r;
-  r.kind = OpKind::linear;
-  r.impl = Impl::own;
-  r.dtype = t;
-  r.linear = {M, N, K};
-  r.seed = seed;
-  return r;
+  return linear_request({M, N, K}, t, Impl::own, seed);
 }
 
 class DecodeGemvTest : public test::CudaContextTest {};
@@ -42,7 +38,7 @@ class DecodeGemvEveryBatch : public test::CudaContextTest, public ::testing::Wit
 // 64-wide group of k is partial (K is not a multiple of 16, 32 or 64).
 TEST_P(DecodeGemvEveryBatch, MatchesReferenceWithTails) {
   const auto c = GetParam();
-  auto op = cuda::make_decode_gemv_op(ctx(), gemv_request(c.dtype, c.M, 1000, 1032, 11 + c.M));
+  auto op = cuda::make_op(ctx(), gemv_request(c.dtype, c.M, 1000, 1032, 11 + c.M));
   EXPECT_NO_THROW(op->verify());
 }
 
@@ -65,7 +61,7 @@ class DecodeGemvModelShape : public test::CudaContextTest, public ::testing::Wit
 // split puts several warps on one row block.
 TEST_P(DecodeGemvModelShape, MatchesReference) {
   const auto c = GetParam();
-  auto op = cuda::make_decode_gemv_op(ctx(), gemv_request(c.dtype, c.M, 4096, 14336, 3 + c.M));
+  auto op = cuda::make_op(ctx(), gemv_request(c.dtype, c.M, 4096, 14336, 3 + c.M));
   EXPECT_NO_THROW(op->verify());
 }
 
@@ -89,7 +85,7 @@ TEST_F(DecodeGemvTest, OddShapes) {
                        Shape{2, 128256, 64}, Shape{1, 7, 65536}}) {
     SCOPED_TRACE("M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K));
     for (DType t : {DType::bf16, DType::fp16}) {
-      auto op = cuda::make_decode_gemv_op(ctx(), gemv_request(t, s.M, s.N, s.K));
+      auto op = cuda::make_op(ctx(), gemv_request(t, s.M, s.N, s.K));
       EXPECT_NO_THROW(op->verify());
     }
   }
@@ -97,7 +93,7 @@ TEST_F(DecodeGemvTest, OddShapes) {
 
 TEST_F(DecodeGemvTest, RepeatedCallsStayCorrect) {
   // The split-K accumulators and counters must be left at zero by every call.
-  auto op = cuda::make_decode_gemv_op(ctx(), gemv_request(DType::bf16, 4, 2048, 8192));
+  auto op = cuda::make_op(ctx(), gemv_request(DType::bf16, 4, 2048, 8192));
   for (int i = 0; i < 5; ++i) op->run();
   EXPECT_NO_THROW(op->verify());
   for (int i = 0; i < 3; ++i) op->run();
@@ -113,8 +109,8 @@ TEST_F(DecodeGemvTest, RefusesWhatItCannotRun) {
   EXPECT_NE(big_batch->find("1..16"), std::string::npos) << *big_batch;
   auto fp32 = cuda::decode_gemv_unsupported(DType::fp32, {1, 64, 64});
   ASSERT_TRUE(fp32.has_value());
-  EXPECT_THROW(cuda::make_decode_gemv_op(ctx(), gemv_request(DType::fp16, 1, 64, 100)), Unsupported);
-  EXPECT_THROW(cuda::make_decode_gemv_op(ctx(), gemv_request(DType::bf16, 17, 64, 64)), Unsupported);
+  EXPECT_THROW(cuda::make_op(ctx(), gemv_request(DType::fp16, 1, 64, 100)), Unsupported);
+  EXPECT_THROW(cuda::make_op(ctx(), gemv_request(DType::bf16, 17, 64, 64)), Unsupported);
   EXPECT_FALSE(cuda::decode_gemv_unsupported(DType::fp16, {16, 1, 8}).has_value());
 }
 
@@ -164,8 +160,10 @@ TEST(DecodeGemvBackend, ThroughTheBackendSeam) {
   std::string why;
   auto backend = make_cuda_backend(&why);
   ASSERT_TRUE(backend) << why;
-  EXPECT_TRUE(backend->implements(OpKind::linear, DType::bf16, Impl::own));
-  EXPECT_FALSE(backend->implements(OpKind::linear, DType::fp32, Impl::own));
+  EXPECT_TRUE(backend->implements(kLinear, DType::bf16, Impl::own));
+  EXPECT_FALSE(backend->implements(kLinear, DType::fp32, Impl::own));
+  EXPECT_TRUE(backend->applies(gemv_request(DType::bf16, 16, 64, 64)));
+  EXPECT_FALSE(backend->applies(gemv_request(DType::bf16, 17, 64, 64)));  // the sweep keeps to cuBLASLt there
   auto r = gemv_request(DType::bf16, 8, 4096, 4096);
   ASSERT_FALSE(backend->cannot_run(r).has_value());
   auto op = backend->prepare(r);

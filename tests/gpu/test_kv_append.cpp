@@ -1,4 +1,4 @@
-// KV append (contiguous and paged) through make_attention_op: every appended
+// KV append (contiguous and paged) through cuda::make_op: every appended
 // slot must hold the new token's bits and the slots around them their fill
 // value. Skipped, with the reason, where no CUDA device is present.
 #include <gtest/gtest.h>
@@ -8,24 +8,18 @@
 
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
+#include "cuda/cuda_op.hpp"
 #include "cuda/kv_append.hpp"
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/kv_append.hpp"
 
 namespace phasebench {
 namespace {
 
 OpRequest append_request(bool paged, DType dt, std::uint64_t B, std::uint64_t S, std::uint64_t Hkv, std::uint64_t D,
                          std::uint64_t capacity, std::uint64_t page_size = 16) {
-  OpRequest r;
-  r.kind = paged ? OpKind::kv_append_paged : OpKind::kv_append;
-  r.dtype = dt;
-  r.impl = Impl::own;
-  r.append = {B, S, Hkv, D};
-  r.append_capacity = capacity;
-  r.page_size = page_size;
-  r.seed = 4321 + capacity;
-  return r;
+  return kv_append_request({B, S, Hkv, D}, dt, capacity, paged, page_size, 4321 + capacity);
 }
 
 cuda::AttentionOpAccess& access(PreparedOp& op) {
@@ -35,10 +29,10 @@ cuda::AttentionOpAccess& access(PreparedOp& op) {
 }
 
 TEST(KvAppendHost, UnsupportedShapesSayWhatIsSupported) {
-  EXPECT_NE(cuda::kv_append_unsupported(DType::bf16, 12, false, 16).find("multiple of 8"), std::string::npos);
-  EXPECT_NE(cuda::kv_append_unsupported(DType::bf16, 128, true, 8).find("multiple of 16"), std::string::npos);
-  EXPECT_NE(cuda::kv_append_unsupported(DType::fp32, 128, false, 16).find("bf16 or fp16"), std::string::npos);
-  EXPECT_TRUE(cuda::kv_append_unsupported(DType::fp16, 128, true, 48).empty());
+  EXPECT_NE(cuda::kv_append_unsupported(DType::bf16, 12, false, 16).value_or("").find("multiple of 8"), std::string::npos);
+  EXPECT_NE(cuda::kv_append_unsupported(DType::bf16, 128, true, 8).value_or("").find("multiple of 16"), std::string::npos);
+  EXPECT_NE(cuda::kv_append_unsupported(DType::fp32, 128, false, 16).value_or("").find("bf16 or fp16"), std::string::npos);
+  EXPECT_FALSE(cuda::kv_append_unsupported(DType::fp16, 128, true, 48).has_value());
 }
 
 struct AppendCase {
@@ -54,7 +48,7 @@ class KvAppend : public test::CudaContextTest, public ::testing::WithParamInterf
 
 TEST_P(KvAppend, ContiguousWritesExactlyTheNewTokens) {
   const auto& c = GetParam();
-  auto op = cuda::make_attention_op(ctx(), append_request(false, c.dtype, c.B, c.S, c.Hkv, c.D, c.capacity, c.page_size));
+  auto op = cuda::make_op(ctx(), append_request(false, c.dtype, c.B, c.S, c.Hkv, c.D, c.capacity, c.page_size));
   EXPECT_NO_THROW(op->verify());
   op->run();  // idempotent: appending the same tokens again changes nothing
   EXPECT_NO_THROW(op->verify());
@@ -62,14 +56,14 @@ TEST_P(KvAppend, ContiguousWritesExactlyTheNewTokens) {
 
 TEST_P(KvAppend, PagedWritesExactlyTheNewTokens) {
   const auto& c = GetParam();
-  auto op = cuda::make_attention_op(ctx(), append_request(true, c.dtype, c.B, c.S, c.Hkv, c.D, c.capacity, c.page_size));
+  auto op = cuda::make_op(ctx(), append_request(true, c.dtype, c.B, c.S, c.Hkv, c.D, c.capacity, c.page_size));
   EXPECT_NO_THROW(op->verify());
 }
 
 TEST_P(KvAppend, WrongCacheContentIsCaught) {
   const auto& c = GetParam();
   for (const bool paged : {false, true}) {
-    auto op = cuda::make_attention_op(ctx(), append_request(paged, c.dtype, c.B, c.S, c.Hkv, c.D, c.capacity, c.page_size));
+    auto op = cuda::make_op(ctx(), append_request(paged, c.dtype, c.B, c.S, c.Hkv, c.D, c.capacity, c.page_size));
     access(*op).set_fault_injection(true);
     EXPECT_THROW(op->verify(), VerificationError) << (paged ? "paged" : "contiguous");
   }
@@ -87,12 +81,12 @@ INSTANTIATE_TEST_SUITE_P(
 using KvAppendMisc = test::CudaContextTest;
 
 TEST_F(KvAppendMisc, UnsupportedRequestsThrowUnsupported) {
-  EXPECT_THROW(cuda::make_attention_op(ctx(), append_request(false, DType::bf16, 1, 1, 8, 12, 100)), Unsupported);
-  EXPECT_THROW(cuda::make_attention_op(ctx(), append_request(true, DType::bf16, 1, 1, 8, 128, 100, 8)), Unsupported);
-  EXPECT_THROW(cuda::make_attention_op(ctx(), append_request(false, DType::bf16, 1, 10, 8, 128, 5)), Unsupported);
+  EXPECT_THROW(cuda::make_op(ctx(), append_request(false, DType::bf16, 1, 1, 8, 12, 100)), Unsupported);
+  EXPECT_THROW(cuda::make_op(ctx(), append_request(true, DType::bf16, 1, 1, 8, 128, 100, 8)), Unsupported);
+  EXPECT_THROW(cuda::make_op(ctx(), append_request(false, DType::bf16, 1, 10, 8, 128, 5)), Unsupported);
   auto blas = append_request(false, DType::bf16, 1, 1, 8, 128, 100);
   blas.impl = Impl::blas;
-  EXPECT_THROW(cuda::make_attention_op(ctx(), blas), Unsupported);
+  EXPECT_THROW(cuda::make_op(ctx(), blas), Unsupported);
 }
 
 }  // namespace

@@ -124,7 +124,14 @@ TEST(Cli, SmallCpuSweepWritesResults) {
   std::ifstream f(out);
   const auto j = nlohmann::json::parse(f);
   EXPECT_EQ(j.at("context").at("phasebench").at("complete"), true);
-  EXPECT_EQ(j.at("context").at("phasebench").at("schema_version"), 1);
+  EXPECT_EQ(j.at("context").at("phasebench").at("schema_version"), 2);
+  // One batch per layer: the crossings are recorded, measured as "one batch only".
+  const auto& crossings = j.at("context").at("phasebench").at("decode_linear_crossings");
+  ASSERT_EQ(crossings.size(), 5u) << crossings.dump();
+  for (const auto& x : crossings) {
+    EXPECT_EQ(x.at("measured").at("text"), "one batch only") << x.dump();
+    EXPECT_EQ(x.at("batches"), nlohmann::json({1}));
+  }
   int ok = 0;
   for (const auto& b : j.at("benchmarks")) {
     ASSERT_TRUE(b.contains("real_time"));

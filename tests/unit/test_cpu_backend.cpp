@@ -7,28 +7,21 @@
 #include "common/numeric.hpp"
 #include "cpu/reference.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/kv_append.hpp"
+#include "phasebench/ops/linear.hpp"
 
 using namespace phasebench;
 
 namespace {
 
 OpRequest linear(std::uint64_t M, std::uint64_t N, std::uint64_t K, DType t, Impl impl) {
-  OpRequest r;
-  r.kind = OpKind::linear;
-  r.dtype = t;
-  r.impl = impl;
-  r.linear = {M, N, K};
-  return r;
+  return linear_request({M, N, K}, t, impl);
 }
 
 OpRequest attention(std::uint64_t B, std::uint64_t Hq, std::uint64_t Hkv, std::uint64_t L, std::uint64_t D, DType t,
                     bool paged) {
-  OpRequest r;
-  r.kind = paged ? OpKind::decode_attention_paged : OpKind::decode_attention;
-  r.dtype = t;
-  r.attention = {B, Hq, Hkv, L, D};
-  r.page_size = 16;
-  return r;
+  return decode_attention_request({B, Hq, Hkv, L, D}, t, paged, 16);
 }
 
 }  // namespace
@@ -101,7 +94,7 @@ TEST(CpuBackend, PagedAttentionWithOtherPageSizes) {
   for (std::uint64_t page : {48u, 8u})
     for (DType t : {DType::fp32, DType::bf16}) {
       auto r = attention(3, 32, 8, 1001, 128, t, true);
-      r.page_size = page;
+      r.params.set("page_size", page);
       auto op = b->prepare(r);
       EXPECT_NO_THROW(op->verify()) << "page " << page << " " << to_string(t);
     }
@@ -128,13 +121,8 @@ TEST(CpuBackend, KvAppend) {
                        Case{DType::bf16, 3, 20}, Case{DType::fp32, 64, 128}})
     for (bool paged : {false, true})
       for (std::uint64_t S : {1u, 5u}) {
-        OpRequest r;
-        r.kind = paged ? OpKind::kv_append_paged : OpKind::kv_append;
-        r.dtype = c.t;
-        r.append = {c.B, S, 8, c.D};
-        r.append_capacity = 1000;  // not a multiple of the page size
-        r.page_size = 16;
-        auto op = b->prepare(r);
+        // A capacity of 1000: not a multiple of the page size.
+        auto op = b->prepare(kv_append_request({c.B, S, 8, c.D}, c.t, 1000, paged, 16));
         EXPECT_NO_THROW(op->verify()) << to_string(c.t) << " B=" << c.B << " D=" << c.D << " S=" << S
                                       << (paged ? " paged" : "");
       }
@@ -148,24 +136,19 @@ TEST(CpuBackend, RefusesWhatItCannotRun) {
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find("GiB"), std::string::npos);
   EXPECT_THROW(b->prepare(huge), Unsupported);
-  EXPECT_FALSE(b->implements(OpKind::prefill_attention, DType::bf16, Impl::own));  // fp32 only
-  EXPECT_FALSE(b->implements(OpKind::prefill_attention, DType::fp32, Impl::blas));
+  EXPECT_FALSE(b->implements(kPrefillAttention, DType::bf16, Impl::own));  // fp32 only
+  EXPECT_FALSE(b->implements(kPrefillAttention, DType::fp32, Impl::blas));
 }
 
 OpRequest prefill(std::uint64_t B, std::uint64_t S, std::uint64_t Hq, std::uint64_t Hkv, std::uint64_t D) {
-  OpRequest r;
-  r.kind = OpKind::prefill_attention;
-  r.dtype = DType::fp32;
-  r.impl = Impl::own;
-  r.prefill = {B, Hq, Hkv, S, D};
-  return r;
+  return prefill_attention_request({B, Hq, Hkv, S, D}, DType::fp32, Impl::own);
 }
 
 TEST(CpuBackend, PrefillAttentionMatchesReference) {
   // Query heads per KV head 4, 1 and 7; prompts shorter than a 64-row block, a
   // multiple of it, and one with a partial last block.
   auto b = make_cpu_backend();
-  ASSERT_TRUE(b->implements(OpKind::prefill_attention, DType::fp32, Impl::own));
+  ASSERT_TRUE(b->implements(kPrefillAttention, DType::fp32, Impl::own));
   struct Case {
     std::uint64_t B, S, Hq, Hkv, D;
   };

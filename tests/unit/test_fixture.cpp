@@ -5,6 +5,7 @@
 #include "bench_test_util.hpp"
 #include "fixture.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/linear.hpp"
 
 using namespace phasebench;
 
@@ -37,13 +38,14 @@ class FakeBackend : public Backend {
   const DeviceInfo& device() const override { return info_; }
   Ceilings ceilings() const override { return ceilings_; }
   void measure_ceilings(const std::vector<DType>&) override {}
-  bool implements(OpKind, DType, Impl) const override { return true; }
+  bool implements(std::string_view, DType, Impl) const override { return true; }
+  bool applies(const OpRequest&) const override { return true; }
   std::optional<std::string> cannot_run(const OpRequest& r) const override {
-    if (r.linear.M == 999) return std::string("needs 9 GiB, 1 GiB free");
+    if (r.shape["M"] == 999) return std::string("needs 9 GiB, 1 GiB free");
     return std::nullopt;
   }
   std::unique_ptr<PreparedOp> prepare(const OpRequest& r) override {
-    auto op = std::make_unique<FakeOp>(r.linear.M == 13);
+    auto op = std::make_unique<FakeOp>(r.shape["M"] == 13);
     last = op.get();
     return op;
   }
@@ -52,6 +54,7 @@ class FakeBackend : public Backend {
     ++timed;
     return {1e-3, 1};
   }
+  void synchronize() override {}
   void profile(PreparedOp&, const std::string&) override {}
   std::optional<double> paired_read() override {
     ++reads;
@@ -73,9 +76,8 @@ Point point(std::uint64_t M) {
   p.name = "free/linear/test" + std::to_string(M);
   p.phase = "free";
   p.op = "linear";
-  p.request.kind = OpKind::linear;
-  p.request.dtype = DType::fp32;
-  p.request.linear = {M, 1000, 1000};
+  p.request = linear_request({M, 1000, 1000}, DType::fp32, Impl::own);
+  p.cost = p.request.cost();
   return p;
 }
 

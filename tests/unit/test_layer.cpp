@@ -9,25 +9,13 @@
 #include "fixture.hpp"
 #include "phasebench/analytical.hpp"
 #include "phasebench/gpu_specs.hpp"
+#include "phasebench/ops/layer.hpp"
 #include "summary.hpp"
 #include "sweep.hpp"
 
 using namespace phasebench;
 
 namespace {
-
-OpRequest layer_request(const ModelConfig& m, Phase ph, std::uint64_t B, std::uint64_t n, DType t) {
-  OpRequest r;
-  r.kind = OpKind::layer;
-  r.dtype = t;
-  r.layer = LayerDims::of(m);
-  r.layer_phase = ph;
-  if (ph == Phase::prefill)
-    r.prefill = {B, m.heads, m.kv_heads, n, m.head_dim};
-  else
-    r.attention = {B, m.heads, m.kv_heads, n, m.head_dim};
-  return r;
-}
 
 OpCost sum_of(const std::vector<LayerOp>& ops) {
   OpCost c;
@@ -74,7 +62,7 @@ TEST(LayerRequest, FootprintCoversWeightsActivationsAndCache) {
 
 TEST(LayerSweep, TheCpuBackendHasNoLayerPoints) {
   auto cpu = make_cpu_backend();
-  EXPECT_FALSE(cpu->implements(OpKind::layer, DType::fp32, Impl::own));
+  EXPECT_FALSE(cpu->implements(kLayer, DType::fp32, Impl::own));
   SweepConfig c;
   apply_defaults(c, *cpu);
   EXPECT_TRUE(build_sweep(c, *cpu).size() > 0);
@@ -105,7 +93,8 @@ class FakeBackend : public Backend {
   const DeviceInfo& device() const override { return info_; }
   Ceilings ceilings() const override { return ceilings_; }
   void measure_ceilings(const std::vector<DType>&) override {}
-  bool implements(OpKind, DType, Impl) const override { return true; }
+  bool implements(std::string_view, DType, Impl) const override { return true; }
+  bool applies(const OpRequest&) const override { return true; }
   std::optional<std::string> cannot_run(const OpRequest&) const override { return std::nullopt; }
   std::unique_ptr<PreparedOp> prepare(const OpRequest& r) override {
     kinds_[r.kind]++;
@@ -114,15 +103,16 @@ class FakeBackend : public Backend {
     return op;
   }
   Sample time(PreparedOp& op, const TimingOptions&) override {
-    return {kind_of_[&op] == OpKind::layer ? 1e-3 : 2e-4, 1};
+    return {kind_of_[&op] == kLayer ? 1e-3 : 2e-4, 1};
   }
+  void synchronize() override {}
   void profile(PreparedOp&, const std::string&) override {}
 
  private:
   DeviceInfo info_;
   Ceilings ceilings_;
-  std::map<OpKind, int> kinds_;
-  std::map<const PreparedOp*, OpKind> kind_of_;
+  std::map<std::string, int> kinds_;
+  std::map<const PreparedOp*, std::string> kind_of_;
 };
 
 void run_points(BenchContext& ctx, const std::vector<Point>& pts) { test::run_points_quietly(ctx, pts); }
@@ -130,14 +120,9 @@ void run_points(BenchContext& ctx, const std::vector<Point>& pts) { test::run_po
 SweepConfig small_config() {
   SweepConfig c;
   c.dtypes = {DType::bf16};
-  c.prefill_batches = {1};
-  c.prompts = {512};
-  c.decode_batches = {8};
-  c.attention_batches = {8};
-  c.contexts = {4096};
-  c.append_batches = {8};
-  c.append_context = 4096;
-  c.prefill_attention_prompts = {512};
+  c.axes.sizes = {{"batches", {1}},          {"prompts", {512}},        {"decode_batches", {8}},
+                  {"attention_batches", {8}}, {"contexts", {4096}},      {"append_batches", {8}},
+                  {"append_context", {4096}}, {"prefill_attention_prompts", {512}}, {"page_size", {16}}};
   return c;
 }
 
@@ -178,10 +163,10 @@ TEST(LayerSweep, PointsWhereTheBackendImplementsThem) {
   EXPECT_EQ(d.op, "layer");
   EXPECT_EQ(d.args.at("layers"), 32u);
   EXPECT_EQ(d.args.at("vocab"), 128256u);
-  EXPECT_EQ(d.request.kind, OpKind::layer);
-  EXPECT_EQ(d.request.layer_phase, Phase::decode);
-  EXPECT_EQ(d.request.attention.L, 4096u);
-  EXPECT_EQ(d.request.layer.hidden, 4096u);
+  EXPECT_EQ(d.request.kind, kLayer);
+  EXPECT_EQ(d.request.phase, Phase::decode);
+  EXPECT_EQ(d.request.shape["L"], 4096u);
+  EXPECT_EQ(layer_model(d.request).hidden, 4096u);
   EXPECT_EQ(d.request.name, d.name);  // the prefix of the per-op NVTX ranges
 }
 

@@ -48,10 +48,10 @@ TEST(Models, LinearOpsOfAStep) {
   const auto lin = linear_ops(m, 8, p);
   ASSERT_EQ(lin.size(), 5u);
   EXPECT_EQ(lin[0].name, "qkv_proj");
-  EXPECT_EQ(lin[0].linear.N, (32u + 16u) * 128u);
-  EXPECT_EQ(lin[2].linear.N, 2u * 14336u);
-  EXPECT_EQ(lin[3].linear.K, 14336u);
-  EXPECT_EQ(lin[4].linear.N, 128256u);
+  EXPECT_EQ(lin[0].shape["N"], (32u + 16u) * 128u);
+  EXPECT_EQ(lin[2].shape["N"], 2u * 14336u);
+  EXPECT_EQ(lin[3].shape["K"], 14336u);
+  EXPECT_EQ(lin[4].shape["N"], 128256u);
   // Decode step: per-layer ops counted `layers` times; attention reads the whole cache.
   const auto ops = step_ops(m, {Phase::decode, 4, 1, 1024}, p);
   std::uint64_t kv = 0;

@@ -1,9 +1,12 @@
+// Sweeps (size lists, names, bad configs), the results file (valid from the start,
+// bad files refused), the summary, and the decode linear crossings a run records.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "backend.hpp"
+#include "crossings.hpp"
 #include "phasebench/error.hpp"
 #include "results.hpp"
 #include "summary.hpp"
@@ -31,7 +34,7 @@ TEST(Sweep, SizeLists) {
 TEST(Sweep, NamesReadAsPathsAndCarryStructuredParameters) {
   auto b = make_cpu_backend();
   SweepConfig c;
-  c.decode_batches = {1, 32};
+  c.axes.sizes["decode_batches"] = {1, 32};
   c.groups = {"decode_linear", "decode_attention"};
   apply_defaults(c, *b);
   const auto pts = build_sweep(c, *b);
@@ -42,8 +45,8 @@ TEST(Sweep, NamesReadAsPathsAndCarryStructuredParameters) {
       EXPECT_EQ(p.phase, "decode");
       EXPECT_EQ(p.target, "down_proj");
       EXPECT_EQ(p.args.at("batch"), 1u);
-      EXPECT_EQ(p.request.linear.N, 4096u);
-      EXPECT_EQ(p.request.linear.K, 14336u);
+      EXPECT_EQ(p.request.shape["N"], 4096u);
+      EXPECT_EQ(p.request.shape["K"], 14336u);
     }
     if (p.name == "decode/gemv/llama-3.1-8b.down_proj/fp32/batch:32/impl:blas") saw_blas32 = true;
     if (p.name == "decode/gemv/llama-3.1-8b.down_proj/fp32/batch:32/impl:own") saw_own32 = true;
@@ -66,9 +69,9 @@ TEST(Sweep, BadConfig) {
   apply_defaults(c, *b);
   EXPECT_THROW(build_sweep(c, *b), InputError);
   c.groups.clear();
-  c.page_size = 10;
-  EXPECT_THROW(build_sweep(c, *b), InputError);
-  c.page_size = 16;
+  SweepConfig odd_page;
+  odd_page.axes.sizes["page_size"] = {10};  // not a power of two
+  EXPECT_THROW(apply_defaults(odd_page, *b), InputError);
   c.models = {"no-such-model"};
   EXPECT_THROW(build_sweep(c, *b), InputError);
 }
@@ -128,11 +131,11 @@ TEST(Summary, BestMedianAndCrossing) {
          {"run_name", name},
          {"run_type", "iteration"},
          {"phasebench",
-          {{"phase", "decode"}, {"op", "gemv"}, {"model", "m"}, {"target", "down_proj"}, {"dtype", "fp32"},
-           {"status", "ok"}, {"shape", {{"M", M}, {"N", 1024}, {"K", 1024}}}, {"flops", flops},
+          {{"phase", "decode"}, {"op", "gemv"}, {"op_kind", "linear"}, {"model", "m"}, {"target", "down_proj"},
+           {"dtype", "fp32"}, {"status", "ok"}, {"shape", {{"M", M}, {"N", 1024}, {"K", 1024}}}, {"flops", flops},
            {"bytes", {{"total", bytes}}}, {"time", {{"median_s", t}}},
            {"roofline", {{"fraction_of_roofline", frac}, {"peak_flops_per_s", 100e9}, {"bandwidth_bytes_per_s", 10e9},
-                         {"bandwidth_ceiling_source", "measured"}}}}}});
+                         {"ridge_flop_per_byte", 10.0}, {"bandwidth_ceiling_source", "measured"}}}}}});
   };
   add(1, 4.2e-4, 0.5);   // ~10 GB/s: the best bandwidth
   add(16, 4.4e-4, 0.7);  // 76 GF/s, ~10 GB/s
@@ -144,9 +147,42 @@ TEST(Summary, BestMedianAndCrossing) {
   // P_eff/W_eff = 95.9e9 / 10.0e9 = 9.6 -> first M with 2M*1024^2 / (4*(1024^2 + 2048 M)) >= 9.6 is 20;
   // predicted with the ridge 10: M = 21.
   EXPECT_NE(s.find("20         21"), std::string::npos) << s;
+  // The same numbers as the run records them (schema 2).
+  const auto rec = decode_linear_crossings(doc);
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(rec[0].at("layer"), "m.down_proj");
+  EXPECT_EQ(rec[0].at("batches"), nlohmann::json({1, 16, 64}));
+  EXPECT_EQ(rec[0].at("measured").at("batch"), 20);
+  EXPECT_EQ(rec[0].at("measured").at("text"), "20");
+  EXPECT_EQ(rec[0].at("predicted").at("measured").at("batch"), 21);
+  EXPECT_EQ(rec[0].at("ceiling_used"), "measured");
+  // A file that records its crossings is summarised from them, not recomputed.
+  auto recorded = doc;
+  auto changed = rec;
+  changed[0]["measured"]["text"] = "recorded-17";
+  recorded["context"]["phasebench"]["decode_linear_crossings"] = changed;
+  EXPECT_NE(summarize(recorded).find("recorded-17"), std::string::npos) << summarize(recorded);
   // While the largest batch is still at the bandwidth plateau the crossing is beyond the sweep.
   doc["benchmarks"].erase(doc["benchmarks"].end() - 1);
   EXPECT_NE(summarize(doc).find("> 16"), std::string::npos) << summarize(doc);
+  EXPECT_TRUE(decode_linear_crossings(doc)[0].at("measured").at("batch").is_null());
+}
+
+TEST(Summary, StandingEntryOfEachPoint) {
+  // Iterations stand for their point (the last one); aggregates only when a point
+  // has nothing else, and then the median.
+  nlohmann::json doc = {{"benchmarks", nlohmann::json::array()}};
+  auto entry = [](const std::string& run, const std::string& type, const std::string& agg, int tag) {
+    nlohmann::json e = {{"name", run + agg}, {"run_name", run}, {"run_type", type}, {"phasebench", {{"tag", tag}}}};
+    if (!agg.empty()) e["aggregate_name"] = agg;
+    return e;
+  };
+  doc["benchmarks"] = {entry("a", "iteration", "", 1), entry("b", "aggregate", "mean", 2), entry("a", "iteration", "", 3),
+                       entry("a", "aggregate", "median", 4), entry("b", "aggregate", "median", 5)};
+  const auto pts = standing_points(doc);
+  ASSERT_EQ(pts.size(), 2u);
+  EXPECT_EQ(pts[0]->at("phasebench").at("tag"), 3);
+  EXPECT_EQ(pts[1]->at("phasebench").at("tag"), 5);
 }
 
 TEST(Summary, RepetitionsCountOncePerPoint) {

@@ -3,6 +3,7 @@
 
 #include "backend.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/linear.hpp"
 #include "phasebench/workload.hpp"
 
 using namespace phasebench;
@@ -130,10 +131,7 @@ TEST(Workload, CostsAddAndScale) {
 TEST(Workload, Fp8LinearRequestWritesBf16) {
   // cuBLASLt fp8 GEMMs read fp8 X and W and write bf16 Y: the request's bytes
   // count the output at 2 bytes, the inputs at 1.
-  OpRequest r;
-  r.kind = OpKind::linear;
-  r.dtype = DType::fp8;
-  r.linear = {8, 1024, 4096};
+  const auto r = linear_request({8, 1024, 4096}, DType::fp8, Impl::blas);
   const auto c = r.cost();
   EXPECT_EQ(c.bytes.weights, 1024u * 4096u);
   EXPECT_EQ(c.bytes.activations, 8u * 4096u);
@@ -141,4 +139,22 @@ TEST(Workload, Fp8LinearRequestWritesBf16) {
   EXPECT_EQ(linear_output_type(DType::fp8), DType::bf16);
   EXPECT_EQ(linear_output_type(DType::bf16), DType::bf16);
   EXPECT_EQ(element_bytes(linear_output_type(DType::tf32)), 4u);
+}
+
+TEST(Workload, LinearBatchAtIntensity) {
+  // fp32 N = K = 1024: 2M*1024^2 / (4 (1024^2 + 2048 M)) >= 10 first at M = 21.
+  EXPECT_EQ(linear_batch_at_intensity(1024, 1024, DType::fp32, 10.0), 21u);
+  EXPECT_EQ(linear_batch_at_intensity(1024, 1024, DType::fp32, 0.1), 1u);
+  EXPECT_FALSE(linear_batch_at_intensity(1024, 1024, DType::fp32, 1e9).has_value());  // never
+  // fp8 writes bf16: the crossing is where the cost of that output says, not a
+  // 1-byte output's (a layer with a large N shows the difference).
+  const std::uint64_t N = 128256, K = 4096;
+  const double ridge = 295.0;
+  const auto m = linear_batch_at_intensity(N, K, DType::fp8, ridge);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_GE(linear_cost({*m, N, K}, 1, 1, 2).intensity(), ridge);
+  EXPECT_LT(linear_cost({*m - 1, N, K}, 1, 1, 2).intensity(), ridge);
+  std::uint64_t one_byte_out = 1;  // where a 1-byte output would put it (earlier: less traffic)
+  while (linear_cost({one_byte_out, N, K}, 1, 1, 1).intensity() < ridge) ++one_byte_out;
+  EXPECT_LT(one_byte_out, *m);
 }

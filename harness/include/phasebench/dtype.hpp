@@ -14,7 +14,6 @@ std::string_view to_string(DType t);
 // Accepts the names above (and "e4m3" for fp8, "half" for fp16); throws InputError.
 DType parse_dtype(std::string_view name);
 std::uint64_t element_bytes(DType t);
-const std::vector<DType>& all_dtypes();
 
 // The type a linear layer's output is stored in for inputs of type `t`: fp8
 // GEMMs write bf16 (8-bit weights keep 16-bit activations; cuBLASLt has no fp8

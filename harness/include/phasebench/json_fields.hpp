@@ -13,8 +13,6 @@ namespace phasebench {
 nlohmann::json bytes_json(const Bytes& b);
 // {"flops","bytes":{...},"intensity"}.
 nlohmann::json cost_json(const OpCost& c);
-// The shape fields that apply to the op's kind (M/N/K, B/Hq/Hkv/L/D, ...).
-nlohmann::json shape_json(const LayerOp& op);
 // Every ceiling with its source and method: {"compute":{"bf16":[...]}, "bandwidth":[...]}.
 nlohmann::json ceilings_json(const Ceilings& c);
 // JSON numbers must be finite (strict JSON): NaN/inf become null.

@@ -52,12 +52,9 @@ std::string_view to_string(Phase p);
 // One operation of a step, as an engine runs it (projections fused: qkv_proj,
 // gate_up_proj), with its shape and cost from workload.hpp.
 struct LayerOp {
-  std::string name;  // qkv_proj, o_proj, gate_up_proj, down_proj, attention, kv_append, input_norm, ...
-  OpKind kind = OpKind::linear;
-  LinearShape linear;              // for kind == linear
-  AttentionShape attention;        // for decode attention
-  PrefillAttentionShape prefill;   // for prefill attention
-  KvAppendShape append;            // for kv_append
+  std::string name;            // qkv_proj, o_proj, gate_up_proj, down_proj, attention, kv_append, attn_norm, ...
+  std::string kind = "linear";  // linear, decode_attention, prefill_attention, kv_append, elementwise
+  Shape shape;                 // its dimensions (workload.hpp's typed shapes); none for elementwise ops
   OpCost cost;
   std::uint64_t count = 1;  // how many times per step (layers for per-layer ops)
 };
@@ -76,5 +73,15 @@ std::vector<LayerOp> layer_ops(const ModelConfig& m, const StepShape& step, cons
 std::vector<LayerOp> step_ops(const ModelConfig& m, const StepShape& step, const Precision& p);
 // The linear layers (one entry per distinct projection) for M tokens.
 std::vector<LayerOp> linear_ops(const ModelConfig& m, std::uint64_t M, const Precision& p);
+
+// The weights one layer holds for inference, as engines store them (qkv and
+// gate_up fused): elements rows x cols (a norm's scale: 1 x h). The one list the
+// whole-layer benchmark allocates, its footprint counts and layer_ops reads.
+struct LayerWeight {
+  std::string name;
+  std::uint64_t rows = 0, cols = 0;
+  std::uint64_t elements() const;
+};
+std::vector<LayerWeight> layer_weights(const ModelConfig& m);
 
 }  // namespace phasebench

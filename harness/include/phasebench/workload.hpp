@@ -7,10 +7,12 @@
 // exact integers; softmax, RoPE, norms and other elementwise work count 0 FLOPs
 // (their bytes still count).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "phasebench/dtype.hpp"
+#include "phasebench/shape.hpp"
 
 namespace phasebench {
 
@@ -27,11 +29,6 @@ struct Bytes {
   Bytes scaled(std::uint64_t n) const;
 };
 
-// `layer` is a whole transformer layer (the ops of model.hpp's layer_ops run in
-// sequence); its cost is the sum of those ops' costs.
-enum class OpKind { linear, decode_attention, decode_attention_paged, prefill_attention, kv_append, kv_append_paged, elementwise, layer };
-std::string_view to_string(OpKind k);
-
 struct OpCost {
   std::uint64_t flops = 0;
   Bytes bytes;
@@ -44,14 +41,23 @@ struct OpCost {
 // Y[M,N] = X[M,K] W^T, W is N x K. `a_out` defaults to the input activation size.
 struct LinearShape {
   std::uint64_t M = 0, N = 0, K = 0;
+  static LinearShape of(const Shape& s) { return {s["M"], s["N"], s["K"]}; }
+  Shape shape() const { return {{"M", M}, {"N", N}, {"K", K}}; }
 };
 OpCost linear_cost(const LinearShape& s, std::uint64_t w, std::uint64_t a_in, std::uint64_t a_out);
 inline OpCost linear_cost(const LinearShape& s, std::uint64_t w, std::uint64_t a) { return linear_cost(s, w, a, a); }
+// The smallest batch M at which the linear layer N x K of element type `t` (its
+// output in linear_output_type(t)) reaches intensity `ridge` FLOP/byte: where it
+// crosses from memory-bound to compute-bound on a roofline of that ridge.
+// Nothing when not before M = 2^24.
+std::optional<std::uint64_t> linear_batch_at_intensity(std::uint64_t N, std::uint64_t K, DType t, double ridge);
 
 // One query token per sequence attending to L cached tokens. K and V caches are
 // [B, Hkv, L, D]; queries and outputs [B, Hq, D].
 struct AttentionShape {
   std::uint64_t B = 0, Hq = 0, Hkv = 0, L = 0, D = 0;
+  static AttentionShape of(const Shape& s) { return {s["B"], s["Hq"], s["Hkv"], s["L"], s["D"]}; }
+  Shape shape() const { return {{"B", B}, {"Hq", Hq}, {"Hkv", Hkv}, {"L", L}, {"D", D}}; }
 };
 OpCost decode_attention_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a);
 // Paged cache: the same KV bytes plus each sequence's block table (int32 per page).
@@ -61,12 +67,16 @@ OpCost decode_attention_paged_cost(const AttentionShape& s, std::uint64_t c, std
 // Causal self-attention over S prompt tokens with no cached prefix (L ignored).
 struct PrefillAttentionShape {
   std::uint64_t B = 0, Hq = 0, Hkv = 0, S = 0, D = 0;
+  static PrefillAttentionShape of(const Shape& s) { return {s["B"], s["Hq"], s["Hkv"], s["S"], s["D"]}; }
+  Shape shape() const { return {{"B", B}, {"Hq", Hq}, {"Hkv", Hkv}, {"S", S}, {"D", D}}; }
 };
 OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a);
 
 // Writing S new tokens' K and V per sequence into the cache.
 struct KvAppendShape {
   std::uint64_t B = 0, S = 0, Hkv = 0, D = 0;
+  static KvAppendShape of(const Shape& s) { return {s["B"], s["S"], s["Hkv"], s["D"]}; }
+  Shape shape() const { return {{"B", B}, {"S", S}, {"Hkv", Hkv}, {"D", D}}; }
 };
 OpCost kv_append_cost(const KvAppendShape& s, std::uint64_t a, std::uint64_t c);
 // Paged: plus one int32 block-table read per appended token.

@@ -1,0 +1,129 @@
+// Decode linear crossings and the standing entry of each point (crossings.hpp).
+#include "crossings.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "phasebench/dtype.hpp"
+#include "phasebench/workload.hpp"
+
+namespace phasebench {
+
+std::vector<const nlohmann::json*> standing_points(const nlohmann::json& results) {
+  struct Standing {
+    const nlohmann::json* iteration = nullptr;
+    const nlohmann::json* median = nullptr;
+  };
+  std::map<std::string, Standing> by_run;
+  std::vector<std::string> order;
+  // Pointers into `results` itself (value() would copy).
+  static const nlohmann::json none = nlohmann::json::array();
+  const auto& benchmarks = results.is_object() && results.contains("benchmarks") ? results.at("benchmarks") : none;
+  for (const auto& b : benchmarks) {
+    if (!b.is_object() || !b.contains("phasebench")) continue;
+    const std::string run = b.value("run_name", b.value("name", ""));
+    if (!by_run.count(run)) order.push_back(run);
+    auto& s = by_run[run];
+    if (b.value("run_type", "iteration") != "aggregate")
+      s.iteration = &b;
+    else if (b.value("aggregate_name", "") == "median")
+      s.median = &b;
+  }
+  std::vector<const nlohmann::json*> out;
+  for (const auto& run : order) {
+    const auto& s = by_run.at(run);
+    if (const auto* b = s.iteration ? s.iteration : s.median) out.push_back(b);
+  }
+  return out;
+}
+
+namespace {
+
+nlohmann::json batch_or_null(const std::optional<std::uint64_t>& b) { return b ? nlohmann::json(*b) : nlohmann::json(); }
+
+struct LayerPoints {
+  std::uint64_t N = 0, K = 0;
+  DType dtype = DType::bf16;
+  std::map<std::uint64_t, std::pair<double, double>> best;  // batch -> (FLOP/s, bytes/s) of its fastest point
+  std::map<std::uint64_t, double> fastest;                  // batch -> its median time
+  nlohmann::json by_source = nlohmann::json::object();      // roofline_by_source of a point (ceilings are per run)
+  nlohmann::json in_use;                                     // its "roofline" (the ceilings in use)
+};
+
+}  // namespace
+
+nlohmann::json decode_linear_crossings(const nlohmann::json& results) {
+  const auto pb = results.value("context", nlohmann::json::object()).value("phasebench", nlohmann::json::object());
+  const std::string ceiling_used = pb.value("ceiling_used", "measured");
+  std::map<std::tuple<std::string, std::string, std::string>, LayerPoints> layers;
+  for (const auto* b : standing_points(results)) {
+    const auto& p = b->at("phasebench");
+    if (p.value("phase", "") != "decode" || p.value("op_kind", "") != "linear" || p.value("status", "") != "ok") continue;
+    if (!p.contains("time") || !p.contains("shape") || !p.contains("bytes")) continue;
+    auto& l = layers[{p.value("model", ""), p.value("target", ""), p.value("dtype", "")}];
+    const auto& sh = p.at("shape");
+    l.N = sh.value("N", std::uint64_t{0});
+    l.K = sh.value("K", std::uint64_t{0});
+    l.dtype = parse_dtype(p.value("dtype", "bf16"));
+    const auto M = sh.value("M", std::uint64_t{0});
+    const double t = p.at("time").value("median_s", 0.0);
+    if (t <= 0) continue;
+    if (!l.fastest.count(M) || t < l.fastest[M]) {
+      l.fastest[M] = t;
+      l.best[M] = {p.value("flops", 0.0) / t, p.at("bytes").value("total", 0.0) / t};
+    }
+    l.by_source = p.value("roofline_by_source", nlohmann::json::object());
+    if (p.contains("roofline")) l.in_use = p.at("roofline");  // none without ceilings
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [key, l] : layers) {
+    const auto& [model, target, dtype] = key;
+    nlohmann::json batches = nlohmann::json::array();
+    double p_eff = 0, w_eff = 0;
+    for (const auto& [M, rates] : l.best) {
+      batches.push_back(M);
+      p_eff = std::max(p_eff, rates.first);
+      w_eff = std::max(w_eff, rates.second);
+    }
+    nlohmann::json measured = {{"peak_flops_per_s", p_eff}, {"bandwidth_bytes_per_s", w_eff}, {"batch", nullptr}};
+    const auto& [last_batch, last_rates] = *l.best.rbegin();
+    if (l.best.size() < 2) {
+      measured["text"] = "one batch only";
+    } else if (last_rates.second >= 0.7 * w_eff) {
+      measured["text"] = fmt::format("> {}", last_batch);  // still streaming at the largest batch measured
+    } else {
+      const auto m = linear_batch_at_intensity(l.N, l.K, l.dtype, p_eff / w_eff);
+      measured["batch"] = batch_or_null(m);
+      measured["text"] = m ? std::to_string(*m) : std::string("never");
+    }
+    nlohmann::json predicted = nlohmann::json::object();
+    auto predict = [&](const nlohmann::json& roof) {
+      const double ridge = roof.value("ridge_flop_per_byte", 0.0);
+      return nlohmann::json{{"batch", batch_or_null(linear_batch_at_intensity(l.N, l.K, l.dtype, ridge))},
+                            {"ridge_flop_per_byte", ridge},
+                            {"compute_ceiling_source", roof.value("compute_ceiling_source", "")},
+                            {"bandwidth_ceiling_source", roof.value("bandwidth_ceiling_source", "")}};
+    };
+    for (const auto& [source, roof] : l.by_source.items()) predicted[source] = predict(roof);
+    // The ceilings in use may mix sources (e.g. a measured bandwidth with a
+    // theoretical peak where no GEMM of the dtype was measured).
+    if (!predicted.contains(ceiling_used) && l.in_use.is_object()) predicted[ceiling_used] = predict(l.in_use);
+    out.push_back({{"layer", model + "." + target},
+                   {"model", model},
+                   {"target", target},
+                   {"dtype", dtype},
+                   {"N", l.N},
+                   {"K", l.K},
+                   {"batches", batches},
+                   {"measured", measured},
+                   {"predicted", predicted},
+                   {"ceiling_used", ceiling_used}});
+  }
+  return out;
+}
+
+}  // namespace phasebench

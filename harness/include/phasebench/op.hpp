@@ -1,0 +1,154 @@
+#pragma once
+// Benchmark operations, each declared once (docs/design.md, "Operations"): its
+// kind, the named dimensions of its shape, its cost (FLOPs and minimum bytes by
+// kind, from workload.hpp), the memory a backend allocates for it, and the sweep
+// group that makes its points (axes, names and args built together). The sweep,
+// the fixture, the results JSON, the summary and the tests all read these
+// declarations; backends implement operations by kind (kernels/backend.hpp).
+//
+// An operation's declaration is a file harness/src/ops/<name>.cpp whose
+// PHASEBENCH_DECLARE_OPS(<name>) registers it; CMake finds these files, so
+// adding one touches no other file of the harness.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "phasebench/dtype.hpp"
+#include "phasebench/model.hpp"
+#include "phasebench/shape.hpp"
+#include "phasebench/workload.hpp"
+
+namespace phasebench {
+
+// Which implementation of an operation: our own kernel or the vendor library
+// (OpenBLAS on the CPU, cuBLAS/cuBLASLt on CUDA), side by side in a sweep.
+enum class Impl { own, blas };
+std::string_view to_string(Impl i);
+
+// What to prepare: the operation, its shape and element type. Declared as data,
+// like an nvbench state; the sweep groups make these.
+struct OpRequest {
+  std::string kind = "linear";  // a declared operation (OpRegistry::op)
+  Phase phase = Phase::decode;  // the step it belongs to
+  DType dtype = DType::bf16;    // weights + activations (linear); KV cache + activations (attention, append)
+  Impl impl = Impl::own;
+  Shape shape;   // the declared dimensions (the results' "shape")
+  Shape params;  // other integers: page_size, capacity, splits (0 = the backend decides), ...
+  std::uint64_t seed = 0x5eed;
+  // The point's name: an op that runs several kernels (layer) names the NVTX
+  // range of each "<name>/<op>"; empty = the kind.
+  std::string name;
+  // Minimum traffic and FLOPs (the declaration's cost).
+  OpCost cost() const;
+  // Bytes a backend allocates for it: inputs, outputs, caches (the declaration's footprint).
+  std::uint64_t footprint_bytes() const;
+};
+
+struct OpDecl {
+  std::string kind;                 // results' "op_kind"
+  std::vector<std::string> dims;    // shape dimensions, in the order of the results' "shape"
+  std::vector<std::string> params;  // parameters a request must carry
+  std::function<OpCost(const OpRequest&)> cost;
+  std::function<std::uint64_t(const OpRequest&)> footprint;
+  // The results' "shape" object; empty: the shape's dimensions in order.
+  std::function<nlohmann::json(const OpRequest&)> shape_json;
+};
+
+// ---- sweeps ---------------------------------------------------------------------------
+
+// A sweep axis: a command-line flag (and environment variable) with a default per
+// backend. `sizes` take lists and ranges (1,2,4 or 1..256), `size` one value.
+struct AxisDecl {
+  std::string key;  // "contexts"
+  std::string flag;  // "--contexts"
+  std::string env;   // "PHASEBENCH_CONTEXTS"
+  std::string help;
+  bool single = false;  // one value, not a list
+  std::vector<std::uint64_t> gpu_default, cpu_default;
+  // Throws InputError for values the operations cannot take (e.g. a page size).
+  std::function<void(const std::vector<std::uint64_t>&)> check;
+};
+
+struct AxisValues {
+  std::map<std::string, std::vector<std::uint64_t>> sizes;  // key -> values (one for single axes)
+  std::vector<LinearShape> shapes;                          // --shape M,N,K (the free group)
+  const std::vector<std::uint64_t>& operator[](const std::string& key) const;  // logic_error when absent
+  std::uint64_t one(const std::string& key) const;
+};
+
+// A point of a sweep: the request, its name and structured args, and its cost
+// (computed once, here).
+struct Point {
+  std::string name;    // e.g. decode/gemv/llama-3.1-8b.down_proj/bf16/batch:8/impl:own
+  std::string phase;   // prefill | decode | free
+  std::string op;      // linear | gemv | attention | attention_paged | kv_append | kv_append_paged | layer
+  std::string model;   // short name, or "custom" for free-form shapes
+  std::string target;  // projection name (qkv_proj, ...) or the free shape, else empty
+  std::map<std::string, std::uint64_t> args;
+  OpRequest request;
+  OpCost cost;
+};
+
+// One arg of a point: its key in "args", and whether and how the name shows it.
+struct PointArg {
+  std::string key;
+  std::uint64_t value = 0;
+  std::string label;  // in the name as "<label>:<value>"; empty: not in the name
+};
+
+// The one place a point's name and args are made, together: the name is
+// phase/op/subject/dtype, then each named arg, then impl:<impl> when `name_impl`.
+// `subject` is the model, "model.target", or the free shape.
+Point make_point(const std::string& phase, const std::string& op, const std::string& model, const std::string& target,
+                 const std::string& subject, OpRequest request, const std::vector<PointArg>& args, bool name_impl);
+
+// What a sweep group's generator sees for one (model, dtype).
+struct SweepScope {
+  const ModelConfig* model = nullptr;  // nullptr for groups that take no model (free)
+  DType dtype = DType::bf16;
+  const AxisValues* axes = nullptr;
+  // The implementations the backend runs for this request (impl ignored), in
+  // the order own, blas. `beside_own`: also the vendor row when our own applies.
+  std::function<std::vector<Impl>(const OpRequest& r, bool beside_own)> impls;
+  bool compare_blas = true;  // put the vendor-library row beside our own kernels
+};
+
+struct SweepGroup {
+  std::string name;  // the --ops name
+  std::string help;  // one line for --ops
+  int order = 0;     // groups run in ascending order, for each model and dtype
+  enum class Models { linear, attention, none } models = Models::linear;  // which model list it runs for
+  std::function<std::vector<Point>(const SweepScope&)> points;
+};
+
+// ---- the registry -----------------------------------------------------------------------
+
+class OpRegistry {
+ public:
+  // Every declaration in harness/src/ops/, registered on first use.
+  static const OpRegistry& get();
+  void declare(OpDecl d);
+  void axis(AxisDecl a);
+  void group(SweepGroup g);
+  // The operation `kind`; std::logic_error when nothing declares it.
+  const OpDecl& op(std::string_view kind) const;
+  const std::vector<OpDecl>& ops() const { return ops_; }
+  const std::vector<AxisDecl>& axes() const { return axes_; }
+  const std::vector<SweepGroup>& groups() const { return groups_; }
+
+ private:
+  std::vector<OpDecl> ops_;
+  std::vector<AxisDecl> axes_;
+  std::vector<SweepGroup> groups_;
+};
+
+// Defines the registration function of harness/src/ops/<name>.cpp.
+#define PHASEBENCH_DECLARE_OPS(name) void phasebench_declare_ops_##name(::phasebench::OpRegistry& registry)
+
+}  // namespace phasebench

@@ -1,0 +1,27 @@
+#pragma once
+// The whole-layer operation (harness/src/ops/layer.cpp): the ops of one
+// transformer layer (model.hpp's layer_ops) run in sequence, for a prefill step
+// (batch x prompt) or a decode step (batch at a context).
+#include <cstdint>
+#include <vector>
+
+#include "phasebench/model.hpp"
+#include "phasebench/op.hpp"
+
+namespace phasebench {
+
+inline constexpr const char* kLayer = "layer";
+
+// A layer of model `m` (its dimensions; layers and vocabulary are not part of the
+// op): prefill of `n` prompt tokens, or the decode step whose new token is the
+// n-th of the context (it is appended at position n - 1 and attention reads n).
+OpRequest layer_request(const ModelConfig& m, Phase phase, std::uint64_t batch, std::uint64_t n, DType dtype,
+                        std::uint64_t seed = 0x5eed);
+// The model config a layer request's dimensions describe (layers = 1, vocab = 0),
+// its step, and the layer's ops from model.hpp's layer_ops (the single definition
+// of what a layer runs and costs).
+ModelConfig layer_model(const OpRequest& r);
+StepShape layer_step(const OpRequest& r);
+std::vector<LayerOp> layer_request_ops(const OpRequest& r);
+
+}  // namespace phasebench

@@ -1,0 +1,132 @@
+// The operation registry and what every declaration shares (phasebench/op.hpp):
+// named shapes, requests' cost and footprint through their declaration, point
+// names made with their args, and the registration of harness/src/ops/*.cpp.
+#include "phasebench/op.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "phasebench/error.hpp"
+
+namespace phasebench {
+
+// Written by CMake (harness/CMakeLists.txt): calls every PHASEBENCH_DECLARE_OPS.
+void declare_all_ops(OpRegistry& registry);
+
+// ---- Shape ----------------------------------------------------------------------------
+
+Shape::Shape(std::initializer_list<std::pair<std::string, std::uint64_t>> dims) {
+  for (const auto& [k, v] : dims) set(k, v);
+}
+
+std::uint64_t Shape::operator[](std::string_view name) const {
+  for (const auto& [k, v] : dims_)
+    if (k == name) return v;
+  throw std::logic_error("shape has no dimension '" + std::string(name) + "'");
+}
+
+std::uint64_t Shape::get(std::string_view name, std::uint64_t dflt) const {
+  for (const auto& [k, v] : dims_)
+    if (k == name) return v;
+  return dflt;
+}
+
+bool Shape::has(std::string_view name) const {
+  return std::any_of(dims_.begin(), dims_.end(), [&](const auto& kv) { return kv.first == name; });
+}
+
+Shape& Shape::set(std::string_view name, std::uint64_t value) {
+  for (auto& [k, v] : dims_)
+    if (k == name) {
+      v = value;
+      return *this;
+    }
+  dims_.emplace_back(std::string(name), value);
+  return *this;
+}
+
+nlohmann::json Shape::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : dims_) j[k] = v;
+  return j;
+}
+
+// ---- requests ---------------------------------------------------------------------------
+
+std::string_view to_string(Impl i) { return i == Impl::own ? "own" : "blas"; }
+
+OpCost OpRequest::cost() const { return OpRegistry::get().op(kind).cost(*this); }
+
+std::uint64_t OpRequest::footprint_bytes() const { return OpRegistry::get().op(kind).footprint(*this); }
+
+// ---- points -----------------------------------------------------------------------------
+
+const std::vector<std::uint64_t>& AxisValues::operator[](const std::string& key) const {
+  auto it = sizes.find(key);
+  if (it == sizes.end()) throw std::logic_error("sweep axis '" + key + "' has no values");
+  return it->second;
+}
+
+std::uint64_t AxisValues::one(const std::string& key) const {
+  const auto& v = (*this)[key];
+  if (v.size() != 1) throw std::logic_error("sweep axis '" + key + "' takes one value");
+  return v.front();
+}
+
+Point make_point(const std::string& phase, const std::string& op, const std::string& model, const std::string& target,
+                 const std::string& subject, OpRequest request, const std::vector<PointArg>& args, bool name_impl) {
+  Point p;
+  p.phase = phase;
+  p.op = op;
+  p.model = model;
+  p.target = target;
+  p.name = phase + "/" + op + "/" + subject + "/" + std::string(to_string(request.dtype));
+  for (const auto& a : args) {
+    p.args[a.key] = a.value;
+    if (!a.label.empty()) p.name += "/" + a.label + ":" + std::to_string(a.value);
+  }
+  if (name_impl) p.name += "/impl:" + std::string(to_string(request.impl));
+  p.cost = request.cost();
+  p.request = std::move(request);
+  return p;
+}
+
+// ---- the registry -----------------------------------------------------------------------
+
+const OpRegistry& OpRegistry::get() {
+  static const OpRegistry r = [] {
+    OpRegistry reg;
+    declare_all_ops(reg);
+    std::stable_sort(reg.groups_.begin(), reg.groups_.end(),
+                     [](const SweepGroup& a, const SweepGroup& b) { return a.order < b.order; });
+    return reg;
+  }();
+  return r;
+}
+
+void OpRegistry::declare(OpDecl d) {
+  if (std::any_of(ops_.begin(), ops_.end(), [&](const OpDecl& o) { return o.kind == d.kind; }))
+    throw std::logic_error("operation '" + d.kind + "' is declared twice");
+  if (!d.cost || !d.footprint) throw std::logic_error("operation '" + d.kind + "' declares no cost or footprint");
+  ops_.push_back(std::move(d));
+}
+
+void OpRegistry::axis(AxisDecl a) {
+  if (std::any_of(axes_.begin(), axes_.end(), [&](const AxisDecl& o) { return o.key == a.key || o.flag == a.flag; }))
+    throw std::logic_error("sweep axis '" + a.key + "' (" + a.flag + ") is declared twice");
+  axes_.push_back(std::move(a));
+}
+
+void OpRegistry::group(SweepGroup g) {
+  if (std::any_of(groups_.begin(), groups_.end(), [&](const SweepGroup& o) { return o.name == g.name; }))
+    throw std::logic_error("sweep group '" + g.name + "' is declared twice");
+  groups_.push_back(std::move(g));
+}
+
+const OpDecl& OpRegistry::op(std::string_view kind) const {
+  for (const auto& o : ops_)
+    if (o.kind == kind) return o;
+  throw std::logic_error("no operation '" + std::string(kind) + "' is declared (harness/src/ops/)");
+}
+
+}  // namespace phasebench

@@ -1,0 +1,71 @@
+// KV append: S new tokens' K and V per sequence written into the cache (DESIGN:
+// 0 FLOPs; a*2*B*S*Hkv*D read, c*2*B*S*Hkv*D written; paged: plus an int32 block
+// table read per token). New k and v [B, S, Hkv, D]; the cache holds `capacity`
+// tokens per sequence and the tokens go at its end. One sweep group: the decode
+// step's append over batch, contiguous and paged, for the linear models.
+#include "phasebench/checked.hpp"
+#include "phasebench/ops/kv_append.hpp"
+
+namespace phasebench {
+
+OpRequest kv_append_request(const KvAppendShape& s, DType dtype, std::uint64_t capacity, bool paged,
+                            std::uint64_t page_size, std::uint64_t seed) {
+  OpRequest r;
+  r.kind = paged ? kKvAppendPaged : kKvAppend;
+  r.phase = s.S == 1 ? Phase::decode : Phase::prefill;
+  r.dtype = dtype;
+  r.impl = Impl::own;
+  r.shape = s.shape();
+  r.params.set("capacity", capacity);
+  if (paged) r.params.set("page_size", page_size);
+  r.seed = seed;
+  return r;
+}
+
+namespace {
+
+OpCost cost(const OpRequest& r) {
+  const auto e = element_bytes(r.dtype);
+  const auto s = KvAppendShape::of(r.shape);
+  return r.kind == kKvAppendPaged ? kv_append_paged_cost(s, e, e) : kv_append_cost(s, e, e);
+}
+
+// The whole cache (paged: whole pages) and the new tokens.
+std::uint64_t footprint(const OpRequest& r) {
+  const auto s = KvAppendShape::of(r.shape);
+  std::uint64_t cap = r.params["capacity"];
+  if (r.kind == kKvAppendPaged) cap = mul(pages_per_sequence(cap, r.params["page_size"]), r.params["page_size"]);
+  return add(mul({element_bytes(r.dtype), 2, s.B, s.Hkv, cap, s.D}, "KV-cache bytes"), cost(r).bytes.total());
+}
+
+}  // namespace
+
+}  // namespace phasebench
+
+PHASEBENCH_DECLARE_OPS(kv_append) {
+  using namespace phasebench;
+  registry.declare(OpDecl{kKvAppend, {"B", "S", "Hkv", "D"}, {"capacity"}, cost, footprint, {}});
+  registry.declare(OpDecl{kKvAppendPaged, {"B", "S", "Hkv", "D"}, {"capacity", "page_size"}, cost, footprint, {}});
+  registry.axis(AxisDecl{"append_batches", "--append-batches", "PHASEBENCH_APPEND_BATCHES", "KV append batch sizes", false,
+                         {1, 16, 64, 256}, {1, 16, 64}, {}});
+  registry.axis(AxisDecl{"append_context", "--append-context", "PHASEBENCH_APPEND_CONTEXT",
+                         "cache length (tokens) KV append writes into, at its end", true, {4096}, {1024}, {}});
+  registry.group(SweepGroup{
+      "kv_append", "the decode step's KV append over --append-batches into --append-context, contiguous and paged", 40,
+      SweepGroup::Models::linear, [](const SweepScope& sc) {
+        const ModelConfig& m = *sc.model;
+        const auto C = sc.axes->one("append_context"), P = sc.axes->one("page_size");
+        std::vector<Point> pts;
+        for (const bool paged : {false, true}) {
+          if (sc.impls(kv_append_request({1, 1, m.kv_heads, m.head_dim}, sc.dtype, C, paged, P), false).empty()) continue;
+          for (auto B : (*sc.axes)["append_batches"]) {
+            std::vector<PointArg> args{{"batch", B, "batch"}, {"context", C, "context"}};
+            if (paged) args.push_back({"page_size", P, "page"});
+            pts.push_back(make_point("decode", paged ? "kv_append_paged" : "kv_append", m.name, "", m.name,
+                                     kv_append_request({B, 1, m.kv_heads, m.head_dim}, sc.dtype, C, paged, P), args,
+                                     false));
+          }
+        }
+        return pts;
+      }});
+}

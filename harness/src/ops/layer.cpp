@@ -1,0 +1,113 @@
+// A whole transformer layer (op kind "layer"): the ops of model.hpp's layer_ops
+// run in sequence for a prefill step (batch x prompt) or a decode step (batch at
+// a context); its cost is the sum of theirs. One sweep group: prefill at
+// --batches x --prompts and decode at --attention-batches x --contexts, for the
+// linear models; args carry the model's layers and vocabulary (step times).
+#include "phasebench/ops/layer.hpp"
+
+#include "phasebench/checked.hpp"
+
+namespace phasebench {
+
+OpRequest layer_request(const ModelConfig& m, Phase phase, std::uint64_t batch, std::uint64_t n, DType dtype,
+                        std::uint64_t seed) {
+  const bool prefill = phase == Phase::prefill;
+  OpRequest r;
+  r.kind = kLayer;
+  r.phase = phase;
+  r.dtype = dtype;
+  r.impl = Impl::own;
+  r.shape = {{"B", batch},           {"S", prefill ? n : 1},   {"L", prefill ? 0 : n}, {"h", m.hidden},
+             {"I", m.intermediate}, {"Hq", m.heads},           {"Hkv", m.kv_heads},    {"D", m.head_dim}};
+  r.params.set("norms_per_layer", static_cast<std::uint64_t>(m.norms_per_layer));
+  r.seed = seed;
+  return r;
+}
+
+ModelConfig layer_model(const OpRequest& r) {
+  ModelConfig m;
+  m.name = "layer";
+  m.hidden = r.shape["h"];
+  m.intermediate = r.shape["I"];
+  m.layers = 1;
+  m.heads = r.shape["Hq"];
+  m.kv_heads = r.shape["Hkv"];
+  m.head_dim = r.shape["D"];
+  m.norms_per_layer = static_cast<int>(r.params["norms_per_layer"]);
+  return m;
+}
+
+StepShape layer_step(const OpRequest& r) {
+  if (r.phase == Phase::prefill) return {Phase::prefill, r.shape["B"], r.shape["S"], 0};
+  return {Phase::decode, r.shape["B"], 1, r.shape["L"]};
+}
+
+std::vector<LayerOp> layer_request_ops(const OpRequest& r) {
+  return layer_ops(layer_model(r), layer_step(r), Precision::from(r.dtype, r.dtype));
+}
+
+namespace {
+
+OpCost cost(const OpRequest& r) {
+  OpCost c;
+  for (const auto& op : layer_request_ops(r)) c += op.cost;
+  return c;
+}
+
+// Every buffer a layer benchmark allocates: the layer's weights, the
+// activations between its ops (one buffer each, none reused), the contiguous
+// KV cache and the positions.
+std::uint64_t footprint(const OpRequest& r) {
+  const ModelConfig m = layer_model(r);
+  const StepShape st = layer_step(r);
+  const auto M = mul(st.batch, st.new_tokens, "tokens");
+  const auto h = m.hidden, I = m.intermediate;
+  const auto Nq = mul(m.heads, m.head_dim), Nkv = mul(m.kv_heads, m.head_dim), Nqkv = add(Nq, mul(2, Nkv));
+  std::uint64_t weights = 0;
+  for (const auto& w : layer_weights(m)) weights = add(weights, w.elements(), "layer weights");
+  // x, attn-normed x, qkv, q, k, v, attention out, o, mlp-normed, gate_up, act, out
+  std::uint64_t per_token = 0;
+  for (auto n : {h, h, Nqkv, Nq, mul(2, Nkv), Nq, h, h, mul(2, I), I, h}) per_token = add(per_token, n, "layer activations");
+  const auto cap = st.phase == Phase::prefill ? st.new_tokens : st.context;
+  const auto cache = mul({2, st.batch, m.kv_heads, cap, m.head_dim}, "layer KV cache");
+  const auto elements = add(add(weights, mul(M, per_token, "layer activations")), cache, "layer bytes");
+  return add(mul(element_bytes(r.dtype), elements, "layer bytes"), mul(4, M));
+}
+
+nlohmann::json shape_json(const OpRequest& r) {
+  nlohmann::json j = {{"phase", to_string(r.phase)}};
+  for (const auto& [k, v] : r.shape.dims()) j[k] = v;
+  return j;
+}
+
+}  // namespace
+
+}  // namespace phasebench
+
+PHASEBENCH_DECLARE_OPS(layer) {
+  using namespace phasebench;
+  registry.declare(OpDecl{kLayer, {"B", "S", "L", "h", "I", "Hq", "Hkv", "D"}, {"norms_per_layer"}, cost, footprint, shape_json});
+  registry.group(SweepGroup{
+      "layer", "whole layers: prefill at --batches x --prompts, decode at --attention-batches x --contexts", 60,
+      SweepGroup::Models::linear, [](const SweepScope& sc) {
+        const ModelConfig& m = *sc.model;
+        std::vector<Point> pts;
+        if (sc.impls(layer_request(m, Phase::decode, 1, 1, sc.dtype), false).empty()) return pts;
+        auto add_point = [&](Phase ph, std::uint64_t B, std::uint64_t n) {
+          const bool prefill = ph == Phase::prefill;
+          auto p = make_point(std::string(to_string(ph)), "layer", m.name, "", m.name, layer_request(m, ph, B, n, sc.dtype),
+                              {{"batch", B, "batch"},
+                               {prefill ? "prompt" : "context", n, prefill ? "prompt" : "context"},
+                               {"layers", m.layers, ""},
+                               {"vocab", m.vocab, ""}},
+                              false);
+          p.request.name = p.name;
+          pts.push_back(std::move(p));
+        };
+        for (auto B : (*sc.axes)["batches"])
+          for (auto S : (*sc.axes)["prompts"]) add_point(Phase::prefill, B, S);
+        for (auto B : (*sc.axes)["attention_batches"])
+          for (auto L : (*sc.axes)["contexts"]) add_point(Phase::decode, B, L);
+        return pts;
+      }});
+}

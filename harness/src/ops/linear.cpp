@@ -1,0 +1,101 @@
+// The linear layer Y[M,N] = X[M,K] W^T (DESIGN: 2MNK FLOPs; w*N*K + a*M*K + a*M*N
+// bytes, the output in linear_output_type). Three sweep groups: the prefill GEMMs
+// of each projection over batch x prompt, the decode GEMVs over batch (our own
+// kernel and the vendor row), and free-form --shape M,N,K.
+#include "phasebench/ops/linear.hpp"
+
+#include <algorithm>
+
+#include "phasebench/checked.hpp"
+
+namespace phasebench {
+
+OpRequest linear_request(const LinearShape& s, DType dtype, Impl impl, std::uint64_t seed) {
+  OpRequest r;
+  r.kind = kLinear;
+  r.dtype = dtype;
+  r.impl = impl;
+  r.shape = s.shape();
+  r.seed = seed;
+  r.phase = s.M <= 256 ? Phase::decode : Phase::prefill;  // informative only
+  return r;
+}
+
+namespace {
+
+OpCost cost(const OpRequest& r) {
+  const auto e = element_bytes(r.dtype);
+  return linear_cost(LinearShape::of(r.shape), e, e, element_bytes(linear_output_type(r.dtype)));
+}
+
+// The projections of a model at M tokens, each with the implementations that run
+// it: decode GEMVs our own kernel where it applies (and the vendor row beside it
+// when `beside_own`), prefill GEMMs the vendor library only.
+std::vector<Point> projection_points(const SweepScope& sc, Phase phase, std::uint64_t M, bool beside_own,
+                                     const std::vector<PointArg>& args) {
+  const ModelConfig& m = *sc.model;
+  const bool prefill = phase == Phase::prefill;
+  std::vector<Point> pts;
+  for (const auto& lin : linear_ops(m, M, Precision::from(sc.dtype, sc.dtype))) {
+    if (prefill && lin.name == "lm_head") continue;  // prefill computes logits for the last token only
+    OpRequest r = linear_request(LinearShape::of(lin.shape), sc.dtype, Impl::own);
+    r.phase = phase;
+    auto impls = sc.impls(r, beside_own || prefill);
+    if (prefill) impls.erase(std::remove(impls.begin(), impls.end(), Impl::own), impls.end());  // GEMMs: the library's
+    for (Impl impl : impls) {
+      r.impl = impl;
+      pts.push_back(make_point(prefill ? "prefill" : "decode", prefill ? "linear" : "gemv", m.name, lin.name,
+                               m.name + "." + lin.name, r, args, true));
+    }
+  }
+  return pts;
+}
+
+}  // namespace
+
+}  // namespace phasebench
+
+PHASEBENCH_DECLARE_OPS(linear) {
+  using namespace phasebench;
+  registry.declare(OpDecl{kLinear, {"M", "N", "K"}, {}, cost, [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
+  registry.axis(AxisDecl{"decode_batches", "--decode-batches", "PHASEBENCH_DECODE_BATCHES", "decode linear (GEMV) batch sizes",
+                         false, {1, 2, 4, 8, 16, 32, 64, 128, 256}, {1, 2, 4, 8, 16, 32, 64}, {}});
+  registry.group(SweepGroup{
+      "prefill_linear", "the prefill GEMMs of each projection over --batches x --prompts (vendor library)", 10,
+      SweepGroup::Models::linear, [](const SweepScope& sc) {
+        std::vector<Point> pts;
+        for (auto B : (*sc.axes)["batches"])
+          for (auto S : (*sc.axes)["prompts"]) {
+            auto more = projection_points(sc, Phase::prefill, mul(B, S, "tokens"), false,
+                                          {{"batch", B, "batch"}, {"prompt", S, "prompt"}});
+            pts.insert(pts.end(), more.begin(), more.end());
+          }
+        return pts;
+      }});
+  registry.group(SweepGroup{
+      "decode_linear", "the decode GEMVs of each projection over --decode-batches (our kernel, the vendor row beside it)",
+      20, SweepGroup::Models::linear, [](const SweepScope& sc) {
+        std::vector<Point> pts;
+        for (auto B : (*sc.axes)["decode_batches"]) {
+          auto more = projection_points(sc, Phase::decode, B, sc.compare_blas, {{"batch", B, "batch"}});
+          pts.insert(pts.end(), more.begin(), more.end());
+        }
+        return pts;
+      }});
+  registry.group(SweepGroup{
+      "free", "free-form linear shapes given with --shape M,N,K (vendor library, and our GEMV where it applies)", 70,
+      SweepGroup::Models::none, [](const SweepScope& sc) {
+        std::vector<Point> pts;
+        for (const auto& s : sc.axes->shapes) {
+          OpRequest r = linear_request(s, sc.dtype, Impl::own);
+          auto impls = sc.impls(r, true);
+          for (auto it = impls.rbegin(); it != impls.rend(); ++it) {  // the vendor row first
+            r.impl = *it;
+            const std::string target = std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K);
+            pts.push_back(make_point("free", "linear", "custom", target, target, r,
+                                     {{"M", s.M, ""}, {"N", s.N, ""}, {"K", s.K, ""}}, true));
+          }
+        }
+        return pts;
+      }});
+}
