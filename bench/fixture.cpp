@@ -41,10 +41,6 @@ const Point* BenchContext::point(const std::string& name) const {
   return it == points_.end() ? nullptr : &it->second;
 }
 
-bool beyond_caches(std::uint64_t bytes, std::uint64_t cache_bytes) {
-  return cache_bytes > 0 && bytes / kBeyondCachesFactor >= cache_bytes;
-}
-
 bool BenchContext::pairs_reads(const Point& p) const {
   if (!opts_.paired_read || !opts_.cold_cache) return false;  // a read before a hot sample would evict its data
   const auto& cost = p.cost;
@@ -143,8 +139,8 @@ void BenchContext::set_counters(benchmark::State& st, const Point& p, const Poin
   const auto W = ceil.bandwidth_for(opts_.ceiling);
   st.counters["FLOP"] = benchmark::Counter(flops, benchmark::Counter::kDefaults, benchmark::Counter::kIs1000);
   st.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kDefaults, benchmark::Counter::kIs1000);
-  st.counters["TFLOP/s"] = stats.median > 0 ? flops / stats.median / 1e12 : 0.0;
-  st.counters["GB/s"] = stats.median > 0 ? bytes / stats.median / 1e9 : 0.0;
+  st.counters["TFLOP/s"] = stats.median > 0 ? tflops(flops, stats.median) : 0.0;
+  st.counters["GB/s"] = stats.median > 0 ? gbps(bytes, stats.median) : 0.0;
   st.counters["FLOP/B"] = cost.intensity();
   if (P && W) {
     const auto place = phasebench::place(flops, bytes, stats.median, P->value, W->value);
@@ -312,8 +308,8 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
   j["time"] = {{"median_s", s.median}, {"mean_s", s.mean}, {"min_s", s.min}, {"max_s", s.max},
                {"stddev_s", s.stddev}, {"cv", s.cv}, {"samples", s.count}, {"runs_per_sample", o->runs_per_sample}};
   const double flops = static_cast<double>(cost.flops), bytes = static_cast<double>(cost.bytes.total());
-  j["tflops"] = finite_or_null(flops / s.median / 1e12);
-  j["gbps"] = finite_or_null(bytes / s.median / 1e9);
+  j["tflops"] = finite_or_null(tflops(flops, s.median));
+  j["gbps"] = finite_or_null(gbps(bytes, s.median));
   j["throttled"] = o->throttled;
   j["clocks"] = o->clocks;
   if (p->request.kind == kLayer) j["layer"] = layer_json(*p, s.median);

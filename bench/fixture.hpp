@@ -30,13 +30,6 @@ struct PointOutcome {
   std::vector<double> paired_read;  // the reads' bytes/s
 };
 
-// A point that moves at least this many times the device's last-level cache is
-// "beyond the caches": what it reads comes from memory, whatever the replacement
-// policy left behind (results: each point's "beyond_caches"; the CPU targets and
-// the paired reads count only these).
-inline constexpr std::uint64_t kBeyondCachesFactor = 4;
-bool beyond_caches(std::uint64_t bytes, std::uint64_t cache_bytes);
-
 struct RunOptions {
   bool cold_cache = true;
   CeilingSource ceiling = CeilingSource::measured;
@@ -87,6 +80,9 @@ struct SampleStats {
   std::size_t count = 0;
 };
 SampleStats stats_of(std::vector<double> samples);
+// A point's rates from its FLOPs or bytes and its median time (the counters and the JSON).
+inline double tflops(double flops, double seconds) { return flops / seconds / 1e12; }
+inline double gbps(double bytes, double seconds) { return bytes / seconds / 1e9; }
 
 // Register every point with Google Benchmark (manual time, named as the point).
 void register_points(BenchContext& ctx, const std::vector<Point>& points);

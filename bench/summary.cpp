@@ -11,17 +11,14 @@
 #include <vector>
 
 #include "crossings.hpp"
+#include "fixture.hpp"
 #include "phasebench/roofline.hpp"
 
 namespace phasebench {
 
 namespace {
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const auto n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+double median_of(const std::vector<double>& v) { return stats_of(v).median; }
 
 // What the summary reads off the standing entry of each point.
 struct Group {

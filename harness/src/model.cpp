@@ -127,14 +127,13 @@ ModelConfig load_model(const std::string& name_or_path) {
 }
 
 std::uint64_t layer_parameter_count(const ModelConfig& m) {
+  // The weights (layer_weights: projections and norms' scales), then the biases.
+  std::uint64_t n = 0;
+  for (const auto& w : layer_weights(m)) n = add(n, w.elements(), "parameters");
   const auto h = m.hidden, D = m.head_dim, I = m.intermediate;
-  std::uint64_t n = mul({h, m.heads + 2 * m.kv_heads, D}, "parameters");      // q, k, v
-  n = add(n, mul({m.heads, D, h}, "parameters"));                            // o
   if (m.qkv_bias) n = add(n, (m.heads + 2 * m.kv_heads) * D);
   if (m.o_bias) n = add(n, h);
-  n = add(n, mul({3, h, I}, "parameters"));                                 // gate, up, down
   if (m.mlp_bias) n = add(n, 2 * I + h);
-  n = add(n, mul(static_cast<std::uint64_t>(m.norms_per_layer), h));
   return n;
 }
 

@@ -76,4 +76,8 @@ std::optional<Ceiling> Ceilings::compute_for(DType t, CeilingSource preferred) c
 
 std::optional<Ceiling> Ceilings::bandwidth_for(CeilingSource preferred) const { return pick(bandwidth_, preferred); }
 
+bool beyond_caches(std::uint64_t bytes, std::uint64_t cache_bytes) {
+  return cache_bytes > 0 && bytes / kBeyondCachesFactor >= cache_bytes;
+}
+
 }  // namespace phasebench

@@ -182,7 +182,7 @@ class CpuBackend final : public Backend {
     // of four, so each read finds none of its data in the caches (reading the
     // same 4 x LLC again found part of it in the L3 and measured up to 20% high).
     // Kept from the first call on; filled, so the reads touch real pages.
-    const std::uint64_t chunk = std::max<std::uint64_t>(128ull << 20, 4 * info_.cache_bytes);
+    const std::uint64_t chunk = std::max<std::uint64_t>(128ull << 20, kBeyondCachesFactor * info_.cache_bytes);
     if (!pair_buf_.get()) {
       pair_buf_ = HostBuffer(4 * chunk);
       fill(pair_buf_, DType::fp32, pair_buf_.bytes() / 4, 5);

@@ -132,7 +132,7 @@ class CudaBackend final : public Backend {
     // The cold-cache flush buffer, allocated now so that no sample allocates and
     // the memory checks of cannot_run() see it as taken.
     // 4x the L2 (at least 2x is needed; the replacement policy is not exactly LRU).
-    const std::size_t flush_bytes = std::max<std::size_t>(4 * info_.cache_bytes, 16ull << 20) / 16 * 16;
+    const std::size_t flush_bytes = std::max<std::size_t>(kBeyondCachesFactor * info_.cache_bytes, 16ull << 20) / 16 * 16;
     flush_ = DeviceBuffer(flush_bytes);
     PB_CUDA_CHECK(cudaMemsetAsync(flush_.get(), 0x3c, flush_bytes, ctx_.stream));
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));

@@ -260,15 +260,14 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
     const DType t = r_.dtype;
-    const std::size_t h = static_cast<std::size_t>(h_), I = static_cast<std::size_t>(I_),
-                      Nq = static_cast<std::size_t>(Nq_), Nqkv = Nq + 2 * static_cast<std::size_t>(Nkv_);
     RefWeights w{t, {}, {}, {}, {}, {}, {}};
-    w.attn_norm = download_u16(w_attn_norm_.get(), h, ctx_.stream);
-    w.qkv = download_u16(w_qkv_.get(), Nqkv * h, ctx_.stream);
-    w.o = download_u16(w_o_.get(), h * Nq, ctx_.stream);
-    w.mlp_norm = download_u16(w_mlp_norm_.get(), h, ctx_.stream);
-    w.gate_up = download_u16(w_gate_up_.get(), 2 * I * h, ctx_.stream);
-    w.down = download_u16(w_down_.get(), h * I, ctx_.stream);
+    auto all_of = [&](const DeviceBuffer& b) { return download_u16(b.get(), b.bytes() / 2, ctx_.stream); };
+    w.attn_norm = all_of(w_attn_norm_);
+    w.qkv = all_of(w_qkv_);
+    w.o = all_of(w_o_);
+    w.mlp_norm = all_of(w_mlp_norm_);
+    w.gate_up = all_of(w_gate_up_);
+    w.down = all_of(w_down_);
     const auto base = reference::tolerance_for(t);
     const reference::Tolerance tol{2 * base.atol, 2 * base.rtol};
 
@@ -390,12 +389,22 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
                       Nkv = static_cast<std::size_t>(Nkv_), Nqkv = Nq + 2 * Nkv;
     const std::size_t cache_elems = static_cast<std::size_t>(B_) * Hkv_ * cap_ * D_;
     auto alloc = [&](DeviceBuffer& b, std::size_t elems) { b = DeviceBuffer(elems * es); };
-    alloc(w_attn_norm_, h);
-    alloc(w_qkv_, Nqkv * h);
-    alloc(w_o_, h * Nq);
-    alloc(w_mlp_norm_, h);
-    alloc(w_gate_up_, 2 * I * h);
-    alloc(w_down_, h * I);
+    // The weights are model.hpp's layer_weights (the one list of a layer's weights),
+    // norms' scales filled around 1, projections scaled by 1/sqrt(fan-in).
+    const struct {
+      const char* name;
+      DeviceBuffer* buf;
+      Buf seed;
+    } slots[] = {{"attn_norm", &w_attn_norm_, Buf::attn_norm}, {"qkv_proj", &w_qkv_, Buf::qkv},
+                 {"o_proj", &w_o_, Buf::o},                    {"mlp_norm", &w_mlp_norm_, Buf::mlp_norm},
+                 {"gate_up_proj", &w_gate_up_, Buf::gate_up},  {"down_proj", &w_down_, Buf::down}};
+    for (const LayerWeight& w : layer_weights(layer_model(r_))) {
+      const auto* slot = std::find_if(std::begin(slots), std::end(slots), [&](const auto& x) { return w.name == x.name; });
+      if (slot == std::end(slots)) throw std::logic_error("layer: no buffer for the weight " + w.name);
+      alloc(*slot->buf, w.elements());
+      const float scale = w.rows == 1 ? 1.0f : static_cast<float>(1.0 / std::sqrt(static_cast<double>(w.cols)));
+      fill_random(slot->buf->get(), t, w.elements(), seed_of(seed, slot->seed), scale, s);
+    }
     alloc(x_, M * h);
     alloc(xn_, M * h);
     alloc(qkv_, M * Nqkv);
@@ -413,14 +422,7 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
     positions_ = DeviceBuffer(M * sizeof(std::int32_t));
     if (ws_floats) ws_ = DeviceBuffer(ws_floats * sizeof(float));
 
-    auto inv_sqrt = [](std::size_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); };
     fill_random(x_.get(), t, M * h, seed_of(seed, Buf::x), 1.0f, s);
-    fill_random(w_attn_norm_.get(), t, h, seed_of(seed, Buf::attn_norm), 1.0f, s);
-    fill_random(w_qkv_.get(), t, Nqkv * h, seed_of(seed, Buf::qkv), inv_sqrt(h), s);
-    fill_random(w_o_.get(), t, h * Nq, seed_of(seed, Buf::o), inv_sqrt(Nq), s);
-    fill_random(w_mlp_norm_.get(), t, h, seed_of(seed, Buf::mlp_norm), 1.0f, s);
-    fill_random(w_gate_up_.get(), t, 2 * I * h, seed_of(seed, Buf::gate_up), inv_sqrt(h), s);
-    fill_random(w_down_.get(), t, h * I, seed_of(seed, Buf::down), inv_sqrt(I), s);
     // The cache holds earlier tokens' K and V (random); the step writes its own.
     fill_random(k_cache_.get(), t, cache_elems, seed_of(seed, Buf::k), 1.0f, s);
     fill_random(v_cache_.get(), t, cache_elems, seed_of(seed, Buf::v), 1.0f, s);

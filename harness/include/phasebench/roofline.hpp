@@ -1,6 +1,7 @@
 #pragma once
 // Roofline: ceilings with their source, attainable rate, ridge point, bound.
 // attainable(I) = min(P, I*W); ridge = P/W; memory-bound iff I < ridge.
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -59,5 +60,13 @@ class Ceilings {
   std::map<DType, std::vector<Ceiling>> compute_;
   std::vector<Ceiling> bandwidth_;
 };
+
+// A point that moves at least this many times the device's last-level cache is
+// "beyond the caches": what it reads comes from memory, whatever the replacement
+// policy left behind. The results mark such points ("beyond_caches"); the CPU
+// targets and the paired reads count only them; the reads that flush a cache or
+// measure the memory beside a point are this size too.
+inline constexpr std::uint64_t kBeyondCachesFactor = 4;
+bool beyond_caches(std::uint64_t bytes, std::uint64_t cache_bytes);
 
 }  // namespace phasebench
