@@ -327,7 +327,7 @@ int cmd_model(int argc, char** argv) {
   app.add_option("--kv-dtype", kv_dtype, "KV cache element type (default: --dtype, 16-bit for 8-bit weights)");
   app.add_option("--gpu", gpu, "GPU from the spec table (see `phasebench gpus`)");
   app.add_flag("--json", json, "print JSON (fields documented in docs/model-json.md)");
-  app.add_flag("--simple", simple, "the simple 12*h^2 weights-only layer model of DESIGN.md");
+  app.add_flag("--simple", simple, "the simple 12*h^2 weights-only layer model of docs/design.md");
   app.add_option("--hidden", hidden, "hidden size for --simple (default: the model's)");
   app.add_option("--layers", layers, "layers for --simple (default: the model's)");
   return run_command(app, argc, argv, [&]() -> int {

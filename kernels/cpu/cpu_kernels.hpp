@@ -1,7 +1,7 @@
 #pragma once
 // The CPU backend's own kernels: multi-threaded (OpenMP) loops written to
 // stream memory (contiguous, vectorisable inner loops, each input byte read
-// once). Layouts are the same as the CUDA kernels' (DESIGN.md, kernels/backend.hpp).
+// once). Layouts are the same as the CUDA kernels' (docs/design.md, kernels/backend.hpp).
 #include <cstdint>
 
 #include "phasebench/dtype.hpp"

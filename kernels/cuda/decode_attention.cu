@@ -621,7 +621,6 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
   DecodeAttentionParams p_;
 };
 
-
 }  // namespace
 
 }  // namespace phasebench::cuda

@@ -268,7 +268,6 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
   KvAppendParams p_;
 };
 
-
 }  // namespace
 
 }  // namespace phasebench::cuda

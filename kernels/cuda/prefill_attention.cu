@@ -524,7 +524,6 @@ class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
   PrefillAttentionParams p_;
 };
 
-
 }  // namespace
 
 }  // namespace phasebench::cuda

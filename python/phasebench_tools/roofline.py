@@ -281,7 +281,7 @@ def _minor_labels(ax, unit: str) -> None:
 def linear_intensity(M: float, N: float, K: float, w: float, a_in: float, a_out: float) -> float:
     """FLOP/byte of Y[M,N] = X[M,K] W^T: 2MNK / (w*N*K + a_in*M*K + a_out*M*N).
 
-    Mirrors linear_cost() in harness/src/workload.cpp (the DESIGN.md table); keep them in step.
+    Mirrors linear_cost() in harness/src/workload.cpp (the table of docs/design.md); keep them in step.
     Only draws the attainable roof between the measured batches: the crossings are read from the file.
     """
     return 2 * M * N * K / (w * N * K + a_in * M * K + a_out * M * N)

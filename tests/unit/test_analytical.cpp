@@ -1,4 +1,4 @@
-// The analytical model: DESIGN.md's simple-model figures to the printed digits,
+// The analytical model: the simple-model figures of docs/design.md to the printed digits,
 // and the full model's totals equal to the workload formulas.
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Every formula of DESIGN.md against values computed by hand.
+// Every formula of docs/design.md against values computed by hand.
 #include <gtest/gtest.h>
 
 #include "backend.hpp"

@@ -58,7 +58,7 @@ struct Estimate {
 DType compute_dtype_for(const LayerOp& op, DType dtype);
 Estimate estimate(const ModelConfig& m, const GpuSpec& gpu, const EstimateInputs& in);
 
-// DESIGN.md's simple model: a layer of 12*h^2 parameters whose only traffic is its weights.
+// The simple model of docs/design.md: a layer of 12*h^2 parameters whose only traffic is its weights.
 struct SimpleEstimate {
   std::uint64_t hidden = 0, layers = 0, batch = 0, prompt = 0;
   DType dtype = DType::fp16;

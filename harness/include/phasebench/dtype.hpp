@@ -20,7 +20,7 @@ std::uint64_t element_bytes(DType t);
 // output without a scale), tf32 is stored as fp32, the others as themselves.
 DType linear_output_type(DType t);
 
-// Element sizes in bytes of one configuration (DESIGN.md notation w, a, c).
+// Element sizes in bytes of one configuration (docs/design.md notation w, a, c).
 struct Precision {
   std::uint64_t w = 2;  // weights
   std::uint64_t a = 2;  // activations

@@ -1,6 +1,6 @@
 #pragma once
 // The one place where the shapes, FLOPs and minimum bytes of every operation are
-// defined (DESIGN.md, "Operations"). Benchmarks, the analytical model and the
+// defined (docs/design.md, "FLOPs and minimum bytes"). Benchmarks, the analytical model and the
 // tests all call these functions; nothing else computes FLOPs or bytes.
 //
 // "Minimum bytes" = every input read once, every output written once. FLOPs are
