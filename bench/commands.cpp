@@ -40,14 +40,18 @@ int input_error(const std::string& msg) {
   return 2;
 }
 
-// Parse a subcommand's options, then run its body; CLI11's own errors (and
-// --help) exit through CLI11, bad input through one "error:" line and status 2.
+// CLI11's answer to a parse error (or --help): its message, and status 2 for
+// every usage error (CLI11's own codes are 100 and up), 0 for --help.
+int parse_failed(CLI::App& app, const CLI::ParseError& e) { return app.exit(e) == 0 ? 0 : 2; }
+
+// Parse a subcommand's options, then run its body; usage errors and bad input
+// end with one "error:" line and status 2.
 template <class Body>
 int run_command(CLI::App& app, int argc, char** argv, Body&& body) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return parse_failed(app, e);
   }
   try {
     return body();
@@ -59,7 +63,9 @@ int run_command(CLI::App& app, int argc, char** argv, Body&& body) {
 // Interrupted runs: the results file on disk already holds every finished
 // point (rewritten after each); say where it is and leave.
 char g_interrupt_message[4096] = "\nphasebench: interrupted\n";
+char g_lock_path[4096] = "";  // the results file's lock, released on the way out
 void on_interrupt(int) {
+  if (g_lock_path[0]) ::unlink(g_lock_path);
   const auto n = std::strlen(g_interrupt_message);
   [[maybe_unused]] auto w = ::write(2, g_interrupt_message, n);
   _exit(130);
@@ -71,12 +77,22 @@ bool has_flag(int argc, char** argv, const char* prefix) {
   return false;
 }
 
-// The --benchmark_filter value (Google Benchmark's syntax), or "" for all.
-std::string benchmark_filter(int argc, char** argv) {
-  std::string filter;
+// The value of Google Benchmark's flag --<name>=VALUE (the last one), or "".
+std::string benchmark_flag(int argc, char** argv, const std::string& name) {
+  const std::string prefix = "--" + name + "=";
+  std::string value;
   for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], "--benchmark_filter=", 19) == 0) filter = argv[i] + 19;
-  return filter;
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) value = argv[i] + prefix.size();
+  return value;
+}
+
+// --benchmark_repetitions as a count (1 when not given); zero or not a number is an error.
+std::uint64_t repetitions(int argc, char** argv) {
+  const auto text = benchmark_flag(argc, argv, "benchmark_repetitions");
+  if (text.empty()) return 1;
+  if (text.find_first_not_of("0123456789") != std::string::npos || std::stoull("0" + text.substr(0, 18)) == 0)
+    throw InputError("--benchmark_repetitions=" + text.substr(0, 40) + ": give a whole number of 1 or more");
+  return std::stoull(text.substr(0, 18));
 }
 
 std::string source_root() {
@@ -109,7 +125,7 @@ struct RunFlags {
   std::map<std::string, std::string> axes;  // axis key -> the flag's text (OpRegistry's axes)
   std::vector<std::string> shapes;
   bool no_calibrate = false, profile = false, no_blas = false, no_summary = false, no_paired_read = false,
-       verify_only = false;
+       verify_only = false, overwrite = false;
 };
 
 std::string join_sizes(const std::vector<std::uint64_t>& v) {
@@ -135,7 +151,8 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   std::string groups = "groups to run, comma-separated (default: all):";
   for (const auto& g : OpRegistry::get().groups()) groups += "\n  " + g.name + ": " + g.help;
   app.add_option("--ops", f.ops, groups)->envname("PHASEBENCH_OPS");
-  app.add_option("--out", f.out, "results file (default results/<device>/<UTC time>.json)");
+  app.add_option("--out", f.out, "results file (default results/<device>/<UTC time>.json); never replaced unless --overwrite");
+  app.add_flag("--overwrite", f.overwrite, "replace the --out file if it exists");
   app.add_option("--cache", f.cache, "cold (flush the last-level cache before each sample) or hot");
   app.add_option("--roofline", f.ceiling, "ceilings the percentages use: measured or datasheet");
   app.add_flag("--no-calibrate", f.no_calibrate, "skip measuring ceilings (percentages then use the datasheet)");
@@ -226,11 +243,13 @@ void check_bandwidth_again(Backend& backend, ResultsFile& file) {
 
 // Calibrate, run every selected point through Google Benchmark into the results file, summarise.
 int measure(Backend& backend, const std::string& why, const RunFlags& f, const SweepConfig& cfg, BenchContext& ctx,
-            int argc, char** argv) {
+            std::size_t expected_runs, int argc, char** argv) {
   if (auto no = backend.cannot_time())
     throw InputError(*no + "; use --verify-only to check every point's result, or --backend=cpu to measure the CPU");
   const std::string path = f.out.empty() ? default_results_path(source_root(), backend.device().slug) : f.out;
-  ResultsFile file(path, run_context(backend, why, f, argc, argv));  // fails now if the path is not writable
+  // Refuses now (before any measuring) a path it must not replace or that another run writes.
+  ResultsFile file(path, run_context(backend, why, f, argc, argv), f.overwrite);
+  std::snprintf(g_lock_path, sizeof g_lock_path, "%s", file.lock_path().c_str());
   std::snprintf(g_interrupt_message, sizeof g_interrupt_message,
                 "\nphasebench: interrupted; results of the finished points are in %s\n", path.c_str());
   std::signal(SIGINT, on_interrupt);
@@ -242,7 +261,9 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
     std::cerr << "phasebench: --no-calibrate: percentages use the datasheet ceilings where known\n";
   }
   file.set_phasebench_field("ceilings", ceilings_json(backend.ceilings()));
-  TeeReporter reporter(file, ctx);
+  const char* progress_env = std::getenv("PHASEBENCH_PROGRESS");
+  const bool progress = progress_env ? std::string(progress_env) == "1" : ::isatty(2) != 0;
+  TeeReporter reporter(file, ctx, expected_runs, progress);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   if (!f.no_calibrate) check_bandwidth_again(backend, file);
@@ -250,7 +271,12 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
   file.write();
   if (!f.no_summary) std::cout << summarize(file.document());
   std::cout << "\nresults: " << path << "\n";
-  return 0;
+  const auto errored = ctx.errored_points();
+  g_lock_path[0] = '\0';  // the file's destructor releases the lock
+  if (errored.empty()) return 0;
+  std::cerr << "phasebench: " << errored.size() << " point(s) ended in an error (exit status 1), the first: "
+            << errored.front() << " (its message is in the results)\n";
+  return 1;
 }
 
 }  // namespace
@@ -277,7 +303,7 @@ int cmd_run(int argc, char** argv) {
   try {
     app.parse(gb_argc, args.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return parse_failed(app, e);
   }
 
   try {
@@ -295,7 +321,12 @@ int cmd_run(int argc, char** argv) {
     apply_defaults(cfg, *backend);
     const auto points = build_sweep(cfg, *backend);
     if (points.empty()) throw InputError("the sweep is empty: no selected operation is implemented by this backend for these dtypes");
-    const auto selected = select_points(points, benchmark_filter(argc, argv));
+    const auto filter = benchmark_flag(argc, argv, "benchmark_filter");
+    const auto selected = select_points(points, filter);
+    if (selected.empty())
+      throw InputError("--benchmark_filter=" + quote_value(filter) + " matches none of the " + std::to_string(points.size()) +
+                       " points of this sweep (--benchmark_list_tests without the filter lists them)");
+    const auto reps = repetitions(argc, argv);
     if (has_flag(argc, argv, "--benchmark_list_tests") && !has_flag(argc, argv, "--benchmark_list_tests=false")) {
       for (const Point* p : selected) std::cout << p->name << "/manual_time\n";  // as Google Benchmark lists them
       return 0;
@@ -307,7 +338,7 @@ int cmd_run(int argc, char** argv) {
     if (f.profile) return profile_points(*backend, selected);
     BenchContext ctx(*backend, ropts);
     register_points(ctx, points);
-    return measure(*backend, why, f, cfg, ctx, argc, argv);
+    return measure(*backend, why, f, cfg, ctx, selected.size() * reps, argc, argv);
   } catch (const InputError& e) {
     return input_error(e.what());
   }
@@ -425,7 +456,7 @@ int cmd_overhead(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return parse_failed(app, e);
   }
   try {
     if (reps < 1 || rounds < 1) throw InputError("--reps and --rounds must be at least 1");

@@ -36,6 +36,13 @@ const PointOutcome* BenchContext::outcome(const std::string& name) const {
   return it == outcomes_.end() ? nullptr : &it->second;
 }
 
+std::vector<std::string> BenchContext::errored_points() const {
+  std::vector<std::string> v;
+  for (const auto& [name, o] : outcomes_)
+    if (o.status == "error") v.push_back(name);
+  return v;
+}
+
 const Point* BenchContext::point(const std::string& name) const {
   auto it = points_.find(name);
   return it == points_.end() ? nullptr : &it->second;
@@ -67,6 +74,7 @@ void BenchContext::prepare_point(const Point& p, PointOutcome& out) {
   out.paired_fraction = std::move(kept_fraction);
   out.paired_read = std::move(kept_read);
   try {
+    if (!p.invalid.empty()) throw Unsupported(p.invalid);
     if (auto why = backend_.cannot_run(p.request)) throw Unsupported(*why);
     op_ = backend_.prepare(p.request);
     op_->verify();  // runs once; a wrong result is an error, never a number
@@ -296,10 +304,12 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
   j["args"] = p->args;
   const auto& decl = OpRegistry::get().op(p->request.kind);
   j["shape"] = decl.shape_json ? decl.shape_json(p->request) : p->request.shape.to_json();
-  j["flops"] = cost.flops;
-  j["bytes"] = bytes_json(cost.bytes);
-  j["beyond_caches"] = beyond_caches(cost.bytes.total(), backend_.device().cache_bytes);
-  j["intensity"] = finite_or_null(cost.intensity());
+  if (p->invalid.empty()) {  // no cost for a point whose sizes overflow
+    j["flops"] = cost.flops;
+    j["bytes"] = bytes_json(cost.bytes);
+    j["beyond_caches"] = beyond_caches(cost.bytes.total(), backend_.device().cache_bytes);
+    j["intensity"] = finite_or_null(cost.intensity());
+  }
   j["cache"] = opts_.cold_cache ? "cold" : "hot";
   j["status"] = o ? o->status : "not run";
   if (o && !o->message.empty()) j["message"] = o->message;
@@ -346,8 +356,26 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
     j["fraction_of_roofline"] = finite_or_null(r.fraction);
     j["bound"] = to_string(r.bound);
     j["attainable_tflops"] = r.attainable_flops / 1e12;
+    if (r.fraction > 1.0)
+      j["above_roofline"] = {{"fraction", r.fraction},
+                             {"likely_cause", above_roofline_cause(r.bound, *P, *W, p->cost.bytes.total(), p->request.dtype)}};
   }
   return j;
+}
+
+std::string BenchContext::above_roofline_cause(Bound bound, const Ceiling& P, const Ceiling& W, std::uint64_t bytes,
+                                               DType dtype) const {
+  if (!opts_.cold_cache)
+    return "data cached: hot-cache samples read what the previous run left in the caches (--cache cold measures memory)";
+  if (bound == Bound::memory && !beyond_caches(bytes, backend_.device().cache_bytes))
+    return "data cached: the point moves less than " + std::to_string(kBeyondCachesFactor) +
+           "x the last-level cache, so the caches serve part of it";
+  if (bound == Bound::memory)
+    return "ceiling low: the " + std::string(to_string(W.source)) + " bandwidth (" + W.method +
+           ") is below what the memory gave during this point; on a shared machine it moves (see bandwidth_check, "
+           "and paired_read where present)";
+  return "ceiling low: the " + std::string(to_string(P.source)) + " " + std::string(to_string(dtype)) + " peak (" +
+         P.method + ") is below what this point achieved (a measured GEMM short of the peak, or clocks above nominal)";
 }
 
 void register_points(BenchContext& ctx, const std::vector<Point>& points) {

@@ -51,6 +51,9 @@ class BenchContext {
   const std::map<std::string, Point>& points() const { return points_; }
   // The structured phasebench fields of a point, for the results file.
   nlohmann::json point_json(const std::string& name) const;
+  // The points that ended in an error (a wrong result, a failed launch): the
+  // run's exit status is 1 when there is any. Skipped points are not errors.
+  std::vector<std::string> errored_points() const;
 
  private:
   // Whether samples of this point get a paired read (see RunOptions::paired_read).
@@ -61,6 +64,9 @@ class BenchContext {
   void prepare_point(const Point& p, PointOutcome& out);
   bool time_samples(benchmark::State& st, const Point& p, PointOutcome& out);
   void set_counters(benchmark::State& st, const Point& p, const PointOutcome& out) const;
+  // Why a point's fraction of roofline is above 1: its data was cached, or the
+  // ceiling it is measured against is low (results: above_roofline.likely_cause).
+  std::string above_roofline_cause(Bound bound, const Ceiling& P, const Ceiling& W, std::uint64_t bytes, DType dtype) const;
   // The "layer" block of a whole-layer point (measured and predicted step times).
   nlohmann::json layer_json(const Point& p, double measured_layer_s) const;
   Backend& backend_;

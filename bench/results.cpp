@@ -2,8 +2,14 @@
 // the console-and-file reporter, and the loader that checks a file before use.
 #include "results.hpp"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -17,19 +23,70 @@ namespace phasebench {
 
 namespace fs = std::filesystem;
 
-ResultsFile::ResultsFile(std::string path, nlohmann::json phasebench_context) : path_(std::move(path)) {
+namespace {
+
+bool process_alive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+
+}  // namespace
+
+ResultsFile::ResultsFile(std::string path, nlohmann::json phasebench_context, bool overwrite)
+    : path_(std::move(path)), lock_(path_ + ".lock") {
   doc_ = {{"context", nlohmann::json::object()}, {"benchmarks", nlohmann::json::array()}};
   doc_["context"]["phasebench"] = std::move(phasebench_context);
   doc_["context"]["phasebench"]["schema_version"] = kResultsSchemaVersion;
   doc_["context"]["phasebench"]["complete"] = false;
   std::error_code ec;
   const fs::path p(path_);
+  const auto st = fs::symlink_status(p, ec);
+  if (fs::is_directory(st)) throw InputError("--out " + quote_value(path_, 200) + " is a folder; give a file path");
+  if (fs::is_symlink(st))
+    throw InputError("--out " + quote_value(path_, 200) + " is a symbolic link; give the file's own path");
+  if (fs::exists(st) && !fs::is_regular_file(st))
+    throw InputError("--out " + quote_value(path_, 200) +
+                     " is not a regular file (a device, FIFO or socket); phasebench replaces its results file at "
+                     "every point, so give the path of a file");
   if (p.has_parent_path()) {
     fs::create_directories(p.parent_path(), ec);
     if (ec) throw InputError("cannot create the results folder '" + p.parent_path().string() + "': " + ec.message());
   }
-  if (fs::is_directory(p, ec)) throw InputError("--out '" + path_ + "' is a folder; give a file path");
-  write();
+  take_lock();  // before the existence check, so a running writer is named as such
+  try {
+    if (fs::exists(st) && !overwrite)
+      throw InputError("results file " + quote_value(path_, 200) +
+                       " already exists; give another --out, or --overwrite to replace it");
+    write();
+  } catch (...) {
+    ::unlink(lock_.c_str());
+    locked_ = false;
+    throw;
+  }
+}
+
+ResultsFile::~ResultsFile() {
+  if (locked_) ::unlink(lock_.c_str());
+}
+
+void ResultsFile::take_lock() {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int fd = ::open(lock_.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd >= 0) {
+      const std::string who = std::to_string(::getpid()) + "\n";
+      [[maybe_unused]] const auto n = ::write(fd, who.data(), who.size());
+      ::close(fd);
+      locked_ = true;
+      return;
+    }
+    if (errno != EEXIST)
+      throw InputError("cannot create the lock " + quote_value(lock_, 200) + " beside the results file: " +
+                       std::strerror(errno));
+    long pid = 0;
+    std::ifstream(lock_) >> pid;
+    if (process_alive(pid))
+      throw InputError("results file " + quote_value(path_, 200) + " is being written by another phasebench run (pid " +
+                       std::to_string(pid) + ", lock " + quote_value(lock_, 200) + "); wait for it or give another --out");
+    ::unlink(lock_.c_str());  // its run died (killed): the lock is stale
+  }
+  throw InputError("cannot take the lock " + quote_value(lock_, 200) + " beside the results file");
 }
 
 void ResultsFile::set_benchmark_context(nlohmann::json ctx) {
@@ -87,7 +144,8 @@ std::string iso_now() {
 
 }  // namespace
 
-TeeReporter::TeeReporter(ResultsFile& file, const BenchContext& ctx) : file_(file), ctx_(ctx) {
+TeeReporter::TeeReporter(ResultsFile& file, const BenchContext& ctx, std::size_t expected_runs, bool progress)
+    : file_(file), ctx_(ctx), expected_(expected_runs), progress_(progress) {
   console_.SetOutputStream(&std::cout);
   console_.SetErrorStream(&std::cerr);
 }
@@ -149,9 +207,34 @@ void TeeReporter::ReportRuns(const std::vector<Run>& reports) {
       auto pj = ctx_.point_json(r.run_name.function_name);
       if (!pj.is_null()) e["phasebench"] = std::move(pj);
     }
+    if (r.run_type == Run::RT_Iteration) ++done_;
     file_.add(std::move(e));
   }
   file_.write();
+  report_progress();
+}
+
+namespace {
+
+std::string duration_text(double s) {
+  const auto t = static_cast<long long>(s + 0.5);
+  if (t >= 3600) return std::to_string(t / 3600) + "h" + (t % 3600 / 60 < 10 ? "0" : "") + std::to_string(t % 3600 / 60) + "m";
+  if (t >= 60) return std::to_string(t / 60) + "m" + (t % 60 < 10 ? "0" : "") + std::to_string(t % 60) + "s";
+  return std::to_string(t) + "s";
+}
+
+}  // namespace
+
+std::string progress_line(std::size_t done, std::size_t total, double elapsed_s) {
+  std::string s = std::to_string(done) + "/" + std::to_string(total) + " runs, " + duration_text(elapsed_s) + " elapsed";
+  if (done > 0 && total > done) s += ", about " + duration_text(elapsed_s / static_cast<double>(done) * static_cast<double>(total - done)) + " left";
+  return s;
+}
+
+void TeeReporter::report_progress() {
+  if (!progress_ || expected_ == 0) return;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::cerr << "phasebench: " << progress_line(done_, expected_, elapsed) << "\n";
 }
 
 void TeeReporter::Finalize() {
@@ -166,7 +249,12 @@ std::string default_results_path(const std::string& root, const std::string& dev
   gmtime_r(&t, &tm);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
-  return (fs::path(root) / device_slug / (std::string(buf) + ".json")).string();
+  const fs::path dir = fs::path(root) / device_slug;
+  std::string path = (dir / (std::string(buf) + ".json")).string();
+  std::error_code ec;
+  for (int n = 2; fs::exists(path, ec) || fs::exists(path + ".lock", ec); ++n)
+    path = (dir / (std::string(buf) + "-" + std::to_string(n) + ".json")).string();
+  return path;
 }
 
 nlohmann::json load_results(const std::string& path) {

@@ -4,6 +4,7 @@
 // and structured per-benchmark fields. Rewritten after every finished point by
 // write-then-rename, so it is valid JSON at every moment and an interrupted run
 // keeps what it measured.
+#include <chrono>
 #include <string>
 
 #include <benchmark/benchmark.h>
@@ -18,12 +19,20 @@ namespace phasebench {
 inline constexpr int kResultsSchemaVersion = 2;
 inline constexpr int kOldestReadableSchemaVersion = 1;
 
+// The file a run writes. Nothing measured is lost or clobbered: the constructor
+// refuses (InputError, before anything runs) a path that is a folder, a device,
+// a FIFO or a link, an existing file unless `overwrite`, and a file another run
+// is writing (its lock, "<path>.lock", holds that run's pid; a lock whose run
+// has died is taken over). It then creates the folder and writes a valid file
+// marked incomplete. The lock goes with the object (and on SIGINT/SIGTERM).
 class ResultsFile {
  public:
-  // Creates the folder and writes an empty (valid) file at once, so an
-  // unwritable path is reported before anything runs; throws InputError.
-  ResultsFile(std::string path, nlohmann::json phasebench_context);
+  ResultsFile(std::string path, nlohmann::json phasebench_context, bool overwrite = false);
+  ~ResultsFile();
+  ResultsFile(const ResultsFile&) = delete;
+  ResultsFile& operator=(const ResultsFile&) = delete;
   const std::string& path() const { return path_; }
+  const std::string& lock_path() const { return lock_; }
   void set_benchmark_context(nlohmann::json ctx);
   void add(nlohmann::json benchmark_entry);
   void set_complete(bool complete);
@@ -32,25 +41,37 @@ class ResultsFile {
   const nlohmann::json& document() const { return doc_; }
 
  private:
-  std::string path_;
+  void take_lock();
+  std::string path_, lock_;
+  bool locked_ = false;
   nlohmann::json doc_;
 };
 
-// Google Benchmark's console table on the terminal, and every run into the results file.
+// Google Benchmark's console table on the terminal, every run into the results
+// file, and (`progress`) a line on stderr after each run: runs done of
+// `expected_runs`, time elapsed, an estimate of what is left.
 class TeeReporter : public benchmark::BenchmarkReporter {
  public:
-  TeeReporter(ResultsFile& file, const BenchContext& ctx);
+  TeeReporter(ResultsFile& file, const BenchContext& ctx, std::size_t expected_runs = 0, bool progress = false);
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& reports) override;
   void Finalize() override;
 
  private:
+  void report_progress();
   benchmark::ConsoleReporter console_;
   ResultsFile& file_;
   const BenchContext& ctx_;
+  std::size_t expected_ = 0, done_ = 0;
+  bool progress_ = false;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-// Default path: results/<device-slug>/<UTC timestamp>.json under `root`.
+// Progress text: "12/240 runs, 3m02s elapsed, about 57m left" (no estimate before the first run).
+std::string progress_line(std::size_t done, std::size_t total, double elapsed_s);
+
+// results/<device>/<UTC time>.json, or "<UTC time>-2.json", ... when a run of the
+// same second has it already.
 std::string default_results_path(const std::string& root, const std::string& device_slug);
 // Reads a results file back; throws InputError naming the problem (not JSON,
 // truncated, no phasebench fields, unknown schema version).

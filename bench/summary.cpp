@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "crossings.hpp"
@@ -34,6 +35,8 @@ struct Collected {
   // keyed by model, dtype, cache mode and shape; paged points by page size.
   std::map<std::string, double> contiguous_time;
   std::map<std::string, std::map<std::uint64_t, double>> paged_time;
+  // Points above their roofline: name, fraction, likely cause (fixture.cpp).
+  std::vector<std::tuple<std::string, double, std::string>> above;
 };
 
 void collect_attention_time(const nlohmann::json& p, Collected& c) {
@@ -71,6 +74,9 @@ Collected collect(const nlohmann::json& results) {
     if (p.contains("paired_read") && p.at("paired_read").value("fraction_median", nlohmann::json()).is_number())
       g.paired.push_back(p.at("paired_read").at("fraction_median").get<double>());
     c.ceiling_source = r.value("bandwidth_ceiling_source", "");
+    if (p.contains("above_roofline"))
+      c.above.emplace_back(b.value("name", ""), p.at("above_roofline").value("fraction", 0.0),
+                           p.at("above_roofline").value("likely_cause", ""));
     collect_attention_time(p, c);
   }
   return c;
@@ -114,6 +120,14 @@ std::string fraction_table(const Collected& c) {
   if (any_paired)
     out += "  paired: median over the memory-bound points beyond the caches (their number in brackets) of each\n"
            "  point's median fraction of the streaming read timed right before each of its samples\n";
+  if (!c.above.empty()) {
+    // Above 100% is not a fast kernel but a ceiling or cache effect: say which.
+    out += fmt::format("  note: {} point(s) above 100% of their roofline; each carries above_roofline.likely_cause:\n",
+                       c.above.size());
+    std::map<std::string, std::size_t> by_cause;
+    for (const auto& [name, f, cause] : c.above) ++by_cause[cause];
+    for (const auto& [cause, n] : by_cause) out += fmt::format("    {} x {}\n", n, cause);
+  }
   return out;
 }
 

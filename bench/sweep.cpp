@@ -14,12 +14,12 @@ namespace {
 
 std::uint64_t parse_uint(const std::string& s, const std::string& flag) {
   if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
-    throw InputError(flag + ": '" + s + "' is not a positive integer");
+    throw InputError(flag + ": " + quote_value(s) + " is not a positive integer");
   std::uint64_t v = 0;
   try {
     v = std::stoull(s);
   } catch (const std::exception&) {
-    throw InputError(flag + ": '" + s + "' is out of range");
+    throw InputError(flag + ": " + quote_value(s) + " is out of range");
   }
   if (v == 0) throw InputError(flag + ": sizes must be positive, got 0");
   return v;
@@ -33,12 +33,14 @@ std::vector<std::uint64_t> parse_size_list(const std::string& text, const std::s
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
+    if (item[0] == '-' || item[0] == '+')
+      throw InputError(flag + ": " + quote_value(item) + " is not a positive integer (sizes are 1 or more)");
     auto range = item.find("..");
     if (range == std::string::npos) range = item.find('-');
     if (range != std::string::npos) {
       const std::size_t skip = item.compare(range, 2, "..") == 0 ? 2 : 1;
       const auto lo = parse_uint(item.substr(0, range), flag), hi = parse_uint(item.substr(range + skip), flag);
-      if (lo > hi) throw InputError(flag + ": empty range '" + item + "' (the first bound is larger than the second)");
+      if (lo > hi) throw InputError(flag + ": empty range " + quote_value(item) + " (the first bound is larger than the second)");
       for (std::uint64_t v = lo; v <= hi; v *= 2) {
         out.push_back(v);
         if (v > (UINT64_MAX >> 1)) break;
@@ -47,7 +49,8 @@ std::vector<std::uint64_t> parse_size_list(const std::string& text, const std::s
       out.push_back(parse_uint(item, flag));
     }
   }
-  if (out.empty()) throw InputError(flag + ": empty list; give sizes like 1,2,4 or a range like 1..256 (powers of two)");
+  if (out.empty())
+    throw InputError(flag + ": empty list; give sizes like 1,2,4 or a range like 1..256 (doubling from the first bound)");
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -58,7 +61,7 @@ LinearShape parse_shape(const std::string& text) {
   std::string a, b, c, extra;
   const char sep = text.find('x') != std::string::npos ? 'x' : ',';
   if (!std::getline(ss, a, sep) || !std::getline(ss, b, sep) || !std::getline(ss, c, sep) || std::getline(ss, extra, sep))
-    throw InputError("--shape: '" + text + "' is not M,N,K (e.g. 4096,4096,4096 or 4096x4096x4096)");
+    throw InputError("--shape: " + quote_value(text) + " is not M,N,K (e.g. 4096,4096,4096 or 4096x4096x4096)");
   return {parse_uint(a, "--shape M"), parse_uint(b, "--shape N"), parse_uint(c, "--shape K")};
 }
 

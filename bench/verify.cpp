@@ -36,6 +36,7 @@ VerifyCounts verify_points(Backend& backend, const std::vector<const Point*>& po
     const auto t0 = std::chrono::steady_clock::now();
     std::string status, detail;
     try {
+      if (!p.invalid.empty()) throw Unsupported(p.invalid);
       if (auto why = backend.cannot_run(p.request)) throw Unsupported(*why);
       auto op = backend.prepare(p.request);
       op->verify();

@@ -2,6 +2,7 @@
 // (json_file.hpp), and the required-field helpers of the config readers.
 #include "phasebench/json_file.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -13,25 +14,40 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& origi
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(origin + " is not valid JSON (byte " + std::to_string(e.byte) + "): " + e.what());
+    // The parser quotes the token it stopped at, which may be enormous.
+    const std::string why = e.what();
+    throw InputError(origin + " is not valid JSON (byte " + std::to_string(e.byte) +
+                     "): " + (why.size() > 120 ? why.substr(0, 120) + "..." : why));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond any type
+    const std::string why = e.what();
+    throw InputError(origin + " cannot be read: " + (why.size() > 120 ? why.substr(0, 120) + "..." : why));
   }
 }
 
-nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+std::string read_text_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxJsonFileBytes)
+    throw InputError(what + " '" + path + "' is " + std::to_string(size) + " bytes; phasebench reads files of at most " +
+                     std::to_string(kMaxJsonFileBytes >> 20) + " MiB (is it the right file?)");
   std::ifstream in(path);
   if (!in) throw InputError("cannot read " + what + " '" + path + "': no such file or not readable");
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_json_text(ss.str(), what + " '" + path + "'");
+  return ss.str();
+}
+
+nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  return parse_json_text(read_text_file(path, what), what + " '" + path + "'");
 }
 
 std::uint64_t require_positive(const nlohmann::json& j, const std::string& key, const std::string& origin) {
   if (!j.contains(key)) throw InputError(origin + ": missing required field \"" + key + "\"");
   const auto& v = j.at(key);
   if (!v.is_number_integer())
-    throw InputError(origin + ": field \"" + key + "\" must be a positive integer, got " + v.dump());
+    throw InputError(origin + ": field \"" + key + "\" must be a positive integer, got " + quote_value(v.dump()));
   if (v.get<std::int64_t>() <= 0)
-    throw InputError(origin + ": field \"" + key + "\" must be a positive integer, got " + v.dump());
+    throw InputError(origin + ": field \"" + key + "\" must be a positive integer, got " + quote_value(v.dump()));
   return v.get<std::uint64_t>();
 }
 

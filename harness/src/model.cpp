@@ -117,11 +117,7 @@ ModelConfig load_model(const std::string& name_or_path) {
     name = p.filename() == "config.json" ? p.parent_path().filename().string() : p.stem().string();
     if (name.empty()) name = "custom";
   }
-  std::ifstream in(path);
-  if (!in) throw InputError("cannot read model config '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto m = parse_model_config(ss.str(), "model config '" + path + "'");
+  auto m = parse_model_config(read_text_file(path, "model config"), "model config '" + path + "'");
   m.name = name;
   return m;
 }

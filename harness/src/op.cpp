@@ -86,7 +86,13 @@ Point make_point(const std::string& phase, const std::string& op, const std::str
     if (!a.label.empty()) p.name += "/" + a.label + ":" + std::to_string(a.value);
   }
   if (name_impl) p.name += "/impl:" + std::string(to_string(request.impl));
-  p.cost = request.cost();
+  try {
+    p.cost = request.cost();
+    request.footprint_bytes();  // the memory a backend would need must be a number too
+  } catch (const std::exception& e) {
+    p.invalid = std::string("size: ") + e.what();
+    p.cost = OpCost{};
+  }
   p.request = std::move(request);
   return p;
 }

@@ -121,7 +121,10 @@ class CpuBackend final : public Backend {
       const double peak = threads * mhz * 1e6 * flops_per_cycle;
       const std::string m = std::to_string(threads) + " threads x " + std::to_string(static_cast<int>(mhz)) +
                             " MHz x " + std::to_string(flops_per_cycle) + " FLOP/cycle, " + isa;
-      for (DType t : {DType::fp32, DType::bf16, DType::fp16}) ceilings_.add_compute(t, {peak, CeilingSource::theoretical, m});
+      ceilings_.add_compute(DType::fp32, {peak, CeilingSource::theoretical, m});
+      // Our CPU kernels widen 16-bit types to fp32 and run at the fp32 FMA rate.
+      for (DType t : {DType::bf16, DType::fp16})
+        ceilings_.add_compute(t, {peak, CeilingSource::theoretical, m + "; " + std::string(to_string(t)) + " widened to fp32"});
     }
   }
 

@@ -96,8 +96,14 @@ def device_section(r: pr.Results) -> str:
 
 
 def ceilings_section(r: pr.Results) -> str:
+    """The device's ceilings that apply to this run: compute ceilings of the dtypes its points use."""
     rows = []
-    for dt, lst in sorted(r.compute_ceilings().items()):
+    used = {p.dtype for p in r.points}
+    compute = r.compute_ceilings()
+    unused = sorted(dt for dt in compute if used and dt not in used)
+    for dt, lst in sorted(compute.items()):
+        if dt in unused:
+            continue
         for c in lst:
             rows.append(["compute", dt, pr.fmt_si(c["flops_per_s"], "FLOP/s"), c.get("source"), c.get("method", "")])
     for c in r.bandwidth_ceilings():
@@ -105,7 +111,9 @@ def ceilings_section(r: pr.Results) -> str:
     if not rows:
         return "<h3>Ceilings</h3><p>No ceilings in this file (it was run with <code>--no-calibrate</code> on a " \
                "device without a spec-table entry), so no fractions of roofline.</p>"
-    return "<h3>Ceilings</h3>" + table(["kind", "dtype", "value", "source", "method"], rows, {2})
+    note = (f"<p>Compute ceilings of types no point of this run uses are left out: {', '.join(unused)}.</p>"
+            if unused else "")
+    return "<h3>Ceilings</h3>" + table(["kind", "dtype", "value", "source", "method"], rows, {2}) + note
 
 
 def crossings_section(r: pr.Results) -> str:
@@ -145,7 +153,8 @@ def points_section(r: pr.Results) -> str:
         if p.ok:
             rows.append([p.name, "ok", compare.fmt_time(p.median_s), compare.fmt_num(p.tflops), compare.fmt_num(p.gbps),
                          compare.fmt_num(p.intensity), compare.fmt_pct(p.fraction), p.bound or "-",
-                         compare.fmt_pct(t.get("cv")), t.get("samples", "-"), ""])
+                         compare.fmt_pct(t.get("cv")), t.get("samples", "-"),
+                         f"above its roofline: {p.above_roofline.get('likely_cause', '')}" if p.above_roofline else ""])
         else:
             rows.append([p.name, p.status] + ["-"] * 8 + [p.message])
     return f"<h3>Points ({len(r.points)})</h3>" + table(

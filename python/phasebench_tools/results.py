@@ -227,6 +227,12 @@ class Point:
         return _num(_obj(_obj(self.pb.get("roofline_by_source")).get(source)).get("fraction_of_roofline"))
 
     @property
+    def above_roofline(self) -> dict | None:
+        """{fraction, likely_cause} when the run found the point above its roofline (schema 2), else None."""
+        a = self.pb.get("above_roofline")
+        return a if isinstance(a, dict) else None
+
+    @property
     def bound(self) -> str | None:
         r = self.roofline
         v = (r or {}).get("bound", self.pb.get("bound"))
@@ -380,11 +386,38 @@ def _crossing(x: dict) -> dict:
                               "ridge_flop_per_byte": _num(_obj(pred[s]).get("ridge_flop_per_byte"))} for s in order}}
 
 
+class _NonFinite:
+    """A NaN or Infinity where strict JSON allows none (Python's json reads them)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def _first_non_finite(doc: Any, where: str = "") -> tuple | None:
+    """(JSON path, literal) of the first NaN/Infinity in `doc`, or None."""
+    stack = [(doc, where)]
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, _NonFinite):
+            return at or "(the document)", v.text
+        if isinstance(v, dict):
+            stack.extend((x, f"{at}.{k}" if at else str(k)) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((x, f"{at}[{i}]") for i, x in reversed(list(enumerate(v))))
+    return None
+
+
 def _check_json_text(path: str, text: str) -> Any:
     if not text.strip():
         raise ResultsError(path, "the file is empty (an interrupted run before any result? a wrong path?)")
     try:
-        return json.loads(text)
+        doc = json.loads(text, parse_constant=_NonFinite)
+        bad = _first_non_finite(doc)
+        if bad:
+            field, literal = bad
+            raise ResultsError(path, f"{literal} at {field}: not strict JSON (phasebench never writes NaN or "
+                                     f"Infinity; was the file edited or written by another tool?)")
+        return doc
     except json.JSONDecodeError as e:
         stripped = text.rstrip()
         cut_in_string = e.msg.startswith("Unterminated string") and '"' not in stripped[e.pos + 1:]

@@ -173,6 +173,12 @@ def roofline_figure(results: list, title: str | None = None):
                 col = phase_color(phase)
                 ax.scatter([p.intensity for p in g], [p.flops_per_s for p in g], marker=op_marker(op), s=46,
                            color=col, edgecolors="black", linewidths=0.4, alpha=0.85, zorder=3)
+        # Above its roofline: not a fast kernel but cached data or a low ceiling (the
+        # point's above_roofline.likely_cause says which); ringed in red.
+        above = [p for p in pts if p.above_roofline]
+        if above:
+            ax.scatter([p.intensity for p in above], [p.flops_per_s for p in above], marker="o", s=150,
+                       facecolors="none", edgecolors="#d62728", linewidths=1.6, zorder=4)
         if not overlay:
             for i in sorted(_pick_labels(pts)):
                 p = pts[i]
@@ -210,6 +216,9 @@ def roofline_figure(results: list, title: str | None = None):
             handles.append(Line2D([], [], ls="", marker="o", color=phase_color(ph), label=f"phase: {ph}"))
     for op in sorted({p.op for p in all_pts}):
         handles.append(Line2D([], [], ls="", marker=op_marker(op), color="#555555", markerfacecolor="none", label=op))
+    if any(p.above_roofline for p in all_pts):
+        handles.append(Line2D([], [], ls="", marker="o", markersize=9, markerfacecolor="none", markeredgecolor="#d62728",
+                              label="above its roofline (cached data or a low ceiling: above_roofline in the JSON)"))
     srcs = sorted({s for comp, bw in lines_per_file for s, *_ in comp + bw}, key=pr.CEILING_SOURCES.index)
     for s in srcs:
         handles.append(Line2D([], [], ls=SOURCE_STYLES.get(s, "-."), color="#333333", label=f"{s} ceiling"))

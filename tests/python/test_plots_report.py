@@ -1,6 +1,7 @@
 """phasebench-roofline and phasebench-report (scripts/roofline.py, scripts/report.py): plots, the
 recorded ridge crossings, schema 1 files without them, and a render check in headless Chromium."""
 
+import json
 import os
 import re
 import shutil
@@ -176,3 +177,52 @@ def test_report_renders_in_headless_chromium(tmp_path):
     # The plots must have loaded: the red title rule and plot colours give saturated pixels.
     sat = (img.max(axis=-1) - img.min(axis=-1) > 0.3).mean()
     assert sat > 0.001, f"no coloured pixels in the screenshot ({sat:.5f}): were the images rendered?"
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_numbers_are_refused_by_every_tool(tmp_path, literal):
+    """Strict JSON: a NaN or Infinity is one line naming the file and the field, exit 2, no traceback."""
+    text = open(BASE).read()
+    doc = json.loads(text)
+    doc["benchmarks"][2]["phasebench"]["time"]["median_s"] = "@@"
+    bad = tmp_path / "nan.json"
+    bad.write_text(json.dumps(doc).replace('"@@"', literal))
+    for tool, extra in (("compare.py", [BASE]), ("roofline.py", ["--out-dir", str(tmp_path), "--formats", "png"]),
+                        ("report.py", ["-o", str(tmp_path / "r.html")]), ("cpu_targets.py", [])):
+        args = [BASE, str(bad)] if tool == "compare.py" else [str(bad)] + extra
+        r = script(tool, *args)
+        assert r.returncode == 2, (tool, r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr, (tool, r.stderr)
+        assert f"{literal} at benchmarks[2].phasebench.time.median_s" in r.stderr, (tool, r.stderr)
+        assert str(bad) in r.stderr, (tool, r.stderr)
+
+
+def test_points_above_their_roofline_are_marked(tmp_path):
+    """The run's above_roofline: a red ring and legend entry on the plot, the likely cause in the report."""
+    doc = json.loads(open(BASE).read())
+    pb = doc["benchmarks"][0]["phasebench"]
+    pb["above_roofline"] = {"fraction": 1.3, "likely_cause": "data cached: the point moves less than 4x the LLC"}
+    marked = tmp_path / "above.json"
+    marked.write_text(json.dumps(doc))
+    r = pr.load_results(str(marked))
+    assert sum(1 for p in r.points if p.above_roofline) == 1
+    texts = _legend_texts(roofline.roofline_figure([r]))
+    assert any(t.startswith("above its roofline") for t in texts), texts
+    assert not any(t.startswith("above its roofline") for t in _legend_texts(roofline.roofline_figure(
+        [pr.load_results(BASE)])))
+    res = script("report.py", str(marked), "-o", str(tmp_path / "r.html"))
+    assert res.returncode == 0, res.stderr
+    assert "above its roofline: data cached: the point moves less than 4x the LLC" in (tmp_path / "r.html").read_text()
+
+
+def test_report_shows_the_ceilings_that_apply(cpu_runs, tmp_path):
+    """A CPU run of fp32 points: no bf16/fp16 compute ceilings in its report, and it says they are left out."""
+    r = pr.load_results(cpu_runs["calibrated"])
+    assert {p.dtype for p in r.points} == {"fp32"} and "bf16" in r.compute_ceilings()
+    page = tmp_path / "cpu.html"
+    res = script("report.py", cpu_runs["calibrated"], "-o", str(page))
+    assert res.returncode == 0, res.stderr
+    html = page.read_text()
+    ceilings = html.split("<h3>Ceilings</h3>")[1].split("<h3>")[0]
+    assert "<td>bf16</td>" not in ceilings and "<td>fp32</td>" in ceilings
+    assert "types no point of this run uses are left out: bf16, fp16" in ceilings

@@ -15,28 +15,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_test_util.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
-
-// Runs the binary with `args`, stdout and stderr together.
-Result run(const std::string& args) {
-  Result r;
-  const std::string cmd = std::string(PHASEBENCH_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (p && fgets(buf.data(), buf.size(), p)) r.out += buf.data();
-  const int st = p ? pclose(p) : -1;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("phasebench-cli-" + name)).string(); }
+using Result = phasebench::test::CliResult;
+Result run(const std::string& args) { return phasebench::test::run_cli(args); }
+std::string tmp(const std::string& name) { return phasebench::test::cli_tmp(name); }
 
 }  // namespace
 
@@ -188,6 +175,7 @@ TEST(Cli, InterruptedRunKeepsFinishedPoints) {
   const auto j = nlohmann::json::parse(f);  // still valid JSON
   EXPECT_FALSE(j.at("benchmarks").empty());
   EXPECT_EQ(j.at("context").at("phasebench").at("complete"), false);
+  EXPECT_FALSE(fs::exists(out + ".lock")) << "an interrupted run releases its lock";
   EXPECT_NE(err_text().find("interrupted; results of the finished points are in " + out), std::string::npos) << err_text();
   fs::remove(out);
   fs::remove(err);

@@ -52,7 +52,7 @@ class FakeBackend : public Backend {
   Sample time(PreparedOp& op, const TimingOptions&) override {
     op.run();
     ++timed;
-    return {1e-3, 1};
+    return {seconds, 1};
   }
   void synchronize() override {}
   void profile(PreparedOp&, const std::string&) override {}
@@ -65,6 +65,7 @@ class FakeBackend : public Backend {
   int timed = 0;
   std::optional<double> read_rate;  // what paired_read() reports (nothing: not offered)
   int reads = 0;
+  double seconds = 1e-3;  // what every sample takes
 
  private:
   DeviceInfo info_;
@@ -109,6 +110,13 @@ TEST_F(FixtureTest, PointThatCannotRunIsSkippedWithTheReason) {
   EXPECT_EQ(ctx->outcome("free/linear/test999")->status, "skipped");
   EXPECT_NE(ctx->outcome("free/linear/test999")->message.find("9 GiB"), std::string::npos);
   EXPECT_EQ(ctx->outcome("free/linear/test4")->status, "ok");  // the run goes on
+  EXPECT_TRUE(ctx->errored_points().empty()) << "a skipped point is not an error (exit status 0)";
+}
+
+TEST_F(FixtureTest, ErroredPointsSetTheExitStatus) {
+  run_points({point(4), point(13), point(999)});
+  // Only the wrong result is an error; `phasebench run` exits 1 when there is any.
+  EXPECT_EQ(ctx->errored_points(), std::vector<std::string>{"free/linear/test13"});
 }
 
 TEST_F(FixtureTest, CountersComeFromTheFormulas) {
@@ -179,4 +187,33 @@ TEST(Stats, MedianAndSpread) {
   EXPECT_DOUBLE_EQ(s.mean, 4);
   EXPECT_EQ(s.count, 4u);
   EXPECT_GT(s.cv, 0);
+}
+
+TEST_F(FixtureTest, AboveTheRooflineSaysTheLikelyCause) {
+  // 4 MB in 10 us is 400 GB/s against a 100 GB/s ceiling: 4x the roofline.
+  backend.seconds = 1e-5;
+  run_points({point(4)});
+  auto j = ctx->point_json("free/linear/test4");
+  ASSERT_TRUE(j.contains("above_roofline")) << j.dump();
+  EXPECT_GT(j.at("above_roofline").at("fraction").get<double>(), 1.0);
+  EXPECT_NE(j.at("above_roofline").at("likely_cause").get<std::string>().find("ceiling low"), std::string::npos);
+  // The same point within the caches: the cause is the caches.
+  backend.device_cache(1ull << 30);
+  ctx = std::make_unique<BenchContext>(backend, RunOptions{});
+  run_points({point(4)});
+  j = ctx->point_json("free/linear/test4");
+  EXPECT_NE(j.at("above_roofline").at("likely_cause").get<std::string>().find("data cached: the point moves less"),
+            std::string::npos);
+  // Hot cache.
+  RunOptions hot;
+  hot.cold_cache = false;
+  ctx = std::make_unique<BenchContext>(backend, hot);
+  run_points({point(4)});
+  j = ctx->point_json("free/linear/test4");
+  EXPECT_NE(j.at("above_roofline").at("likely_cause").get<std::string>().find("hot-cache"), std::string::npos);
+  // At a plausible speed, nothing to explain.
+  backend.seconds = 1e-3;
+  ctx = std::make_unique<BenchContext>(backend, RunOptions{});
+  run_points({point(4)});
+  EXPECT_FALSE(ctx->point_json("free/linear/test4").contains("above_roofline"));
 }

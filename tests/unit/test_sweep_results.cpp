@@ -263,3 +263,22 @@ TEST(Summary, PairedReadColumnWhenPointsCarryIt) {
   EXPECT_NE(s.find("  prefill  linear                  1    90.0%    90.0%        0       0        -"), std::string::npos) << s;
   EXPECT_NE(s.find("paired: median over the memory-bound points"), std::string::npos) << s;
 }
+
+TEST(Summary, PointsAboveTheirRooflineAreExplained) {
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 2}}}}}, {"benchmarks", nlohmann::json::array()}};
+  auto add = [&](const std::string& name, double frac, const char* cause) {
+    nlohmann::json p = {{"phase", "decode"}, {"op", "attention"}, {"status", "ok"},
+                        {"roofline", {{"fraction_of_roofline", frac}, {"bandwidth_ceiling_source", "measured"}}}};
+    if (cause) p["above_roofline"] = {{"fraction", frac}, {"likely_cause", cause}};
+    doc["benchmarks"].push_back({{"name", name}, {"phasebench", p}});
+  };
+  add("a", 0.9, nullptr);
+  EXPECT_EQ(summarize(doc).find("above 100%"), std::string::npos);
+  add("b", 1.3, "data cached: x");
+  add("c", 1.2, "data cached: x");
+  add("d", 1.1, "ceiling low: y");
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("note: 3 point(s) above 100% of their roofline"), std::string::npos) << s;
+  EXPECT_NE(s.find("2 x data cached: x"), std::string::npos) << s;
+  EXPECT_NE(s.find("1 x ceiling low: y"), std::string::npos) << s;
+}

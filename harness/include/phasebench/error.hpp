@@ -3,6 +3,8 @@
 // main() prints it on one line and exits non-zero.
 #include <stdexcept>
 #include <string>
+#include <cstddef>
+#include <string_view>
 
 namespace phasebench {
 
@@ -24,5 +26,9 @@ class VerificationError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// `text` quoted for a message, cut to `max` characters (a 2 GB number in a config
+// file is named, not printed): 'abc', or 'abcdef...' (123456 characters).
+std::string quote_value(std::string_view text, std::size_t max = 40);
 
 }  // namespace phasebench

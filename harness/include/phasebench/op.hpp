@@ -93,6 +93,9 @@ struct Point {
   std::map<std::string, std::uint64_t> args;
   OpRequest request;
   OpCost cost;
+  // Why the point cannot be costed (a size that overflows 64 bits), or empty. The
+  // sweep keeps such a point and reports it skipped with this reason; the rest runs.
+  std::string invalid;
 };
 
 // One arg of a point: its key in "args", and whether and how the name shows it.
