@@ -346,9 +346,9 @@ int cmd_run(int argc, char** argv) {
 
 int cmd_model(int argc, char** argv) {
   CLI::App app{"Analytical model: FLOPs, bytes, roofline times, TTFT and per-token latency from a config.", "phasebench model"};
-  std::string model = "llama-3.1-8b", config, dtype = "bf16", kv_dtype, gpu = "h100-sxm";
-  std::int64_t batch = 1, prompt = 1024, context = 0, hidden = 0, layers = 0;
-  bool json = false, simple = false;
+  std::string model = "llama-3.1-8b", config, dtype = "bf16", kv_dtype, gpu = "h100-sxm", weight_dtype;
+  std::int64_t batch = 1, prompt = 1024, context = 0, hidden = 0, layers = 0, generate = 0;
+  bool json = false, simple = false, allow_long = false;
   app.add_option("--model", model, "shipped model short name (see `phasebench models`)");
   app.add_option("--config", config, "path to a Hugging Face config.json (overrides --model)");
   app.add_option("--batch", batch, "sequences per step");
@@ -356,6 +356,13 @@ int cmd_model(int argc, char** argv) {
   app.add_option("--context", context, "tokens in the KV cache at the decode step (default: the prompt length)");
   app.add_option("--dtype", dtype, "weights/activations: fp32, fp16, bf16, fp8");
   app.add_option("--kv-dtype", kv_dtype, "KV cache element type (default: --dtype, 16-bit for 8-bit weights)");
+  app.add_option("--weight-dtype", weight_dtype,
+                 "the linear layers' weights: bf16, fp16, fp32, fp8 (128x128 block scales), int4 (groups of 128, fp16 "
+                 "scale + zero), mxfp4 (default: the config's quantization_config, else --dtype)");
+  app.add_option("--generate", generate,
+                 "also estimate a whole request: the prompt, then this many generated tokens (TTFT, time per token, "
+                 "tokens/s)");
+  app.add_flag("--allow-long-context", allow_long, "estimate beyond max_position_embeddings (with a warning)");
   app.add_option("--gpu", gpu, "GPU from the spec table (see `phasebench gpus`)");
   app.add_flag("--json", json, "print JSON (fields documented in docs/model-json.md)");
   app.add_flag("--simple", simple, "the simple 12*h^2 weights-only layer model of docs/design.md");
@@ -378,10 +385,18 @@ int cmd_model(int argc, char** argv) {
         if (n == 0) n = m.layers;
       }
       const auto s = simple_estimate(h, n, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(prompt), t);
-      if (json)
-        std::cout << to_json(s).dump(2) << "\n";
-      else
+      if (json) {
+        auto j = to_json(s);
+        // The GPU's datasheet ridge for the dtype: what compute- and memory-bound are measured against.
+        const auto c = spec.ceilings();
+        const auto P = c.compute_for(t, CeilingSource::datasheet);
+        const auto W = c.bandwidth_for(CeilingSource::datasheet);
+        j["gpu"] = spec.key;
+        j["ridge_flop_per_byte"] = P && W ? nlohmann::json(P->value / W->value) : nlohmann::json();
+        std::cout << j.dump(2) << "\n";
+      } else {
         std::cout << to_text(s, &spec);
+      }
       return 0;
     }
     const auto m = load_model(config.empty() ? model : config);
@@ -391,6 +406,10 @@ int cmd_model(int argc, char** argv) {
     in.context = context > 0 ? static_cast<std::uint64_t>(context) : in.prompt;
     in.dtype = t;
     in.kv_dtype = kv_dtype.empty() ? (element_bytes(t) == 1 ? DType::bf16 : t) : parse_dtype(kv_dtype);
+    if (!weight_dtype.empty()) in.weights = WeightFormat::parse(weight_dtype);
+    if (generate < 0 || app.count("--generate")) positive(generate, "--generate");
+    in.generate = static_cast<std::uint64_t>(std::max<std::int64_t>(generate, 0));
+    in.allow_long_context = allow_long;
     const auto e = estimate(m, spec, in);
     if (json)
       std::cout << to_json(e).dump(2) << "\n";
@@ -403,10 +422,15 @@ int cmd_model(int argc, char** argv) {
 int cmd_models(int argc, char** argv) {
   CLI::App app{"List the shipped model configs.", "phasebench models"};
   return run_command(app, argc, argv, [&]() -> int {
-    std::cout << fmt::format("{:<18} {:<34} {:>16} {:>16}\n", "name", "hugging face repo", "parameters", "published");
+    std::cout << fmt::format("{:<16} {:<34} {:>14} {:>11} {:>14} {:>10}\n", "name", "hugging face repo", "parameters",
+                             "published", "active", "published");
     for (const auto& s : shipped_models()) {
       const auto m = load_model(s.name);
-      std::cout << fmt::format("{:<18} {:<34} {:>16} {:>16}\n", s.name, s.hf_repo, parameter_count(m), s.published_params);
+      const auto active = active_parameter_count(m) - (s.active_without_input_embedding ? m.vocab * m.hidden : 0);
+      std::cout << fmt::format("{:<16} {:<34} {:>14} {:>11} {:>14} {:>10}\n", s.name, s.hf_repo, parameter_count(m),
+                               s.published_params ? std::to_string(s.published_params) : s.published,
+                               m.experts ? std::to_string(active) : std::string("-"),
+                               m.experts ? s.published_active : std::string("-"));
     }
     return 0;
   });

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/json_fields.hpp"
@@ -11,7 +13,7 @@
 namespace phasebench {
 
 DType compute_dtype_for(const LayerOp& op, DType dtype) {
-  if (op.kind == "linear") return dtype;
+  if (op.kind == "linear" || op.kind == "grouped_linear") return op.compute;
   // Attention and elementwise work run on the activations: 16-bit when weights are 8-bit.
   return element_bytes(dtype) == 1 ? DType::bf16 : dtype;
 }
@@ -47,28 +49,76 @@ PhaseEstimate estimate_phase(const ModelConfig& m, const Ceilings& ceil, const S
   return pe;
 }
 
+// The step's precision: the activations and KV cache as asked, the linear layers'
+// weights as --weight-dtype says, else as the checkpoint stores them.
+Precision step_precision(const ModelConfig& m, const EstimateInputs& in) {
+  Precision p = Precision::from(in.dtype, in.kv_dtype);
+  const auto f = in.weights ? in.weights : m.quantization;
+  if (f && f->quantized()) {
+    p.linear = *f;
+    // Weight-only formats widen the weights to the activations' type for the math.
+    if (p.linear.compute != DType::fp8 && element_bytes(in.dtype) == 2) p.linear.compute = in.dtype;
+    p.a = 2;
+    p.w = 2;  // embeddings, norms and the layers left plain
+    p.plain_modules = m.quantization && !in.weights ? m.not_quantized : std::vector<std::string>{"lm_head", "router"};
+  } else if (f) {
+    p = Precision::from(f->compute, in.kv_dtype);  // a plain --weight-dtype: the whole model in it
+  }
+  return p;
+}
+
+// Prompt and contexts against max_position_embeddings.
+void check_positions(const ModelConfig& m, const EstimateInputs& in, std::vector<std::string>& warnings) {
+  if (!m.max_position) return;
+  const auto longest = std::max({in.prompt, in.context, in.generate ? in.prompt + in.generate - 1 : 0});
+  if (longest <= m.max_position) return;
+  const std::string what = "a context of " + std::to_string(longest) + " tokens is beyond the model's " +
+                           "max_position_embeddings (" + std::to_string(m.max_position) + ")";
+  if (!in.allow_long_context) throw InputError(what + "; shorten it, or pass --allow-long-context to estimate anyway");
+  warnings.push_back(what + ": estimated anyway (--allow-long-context); the model was not trained for it");
+}
+
+RequestEstimate estimate_request(const ModelConfig& m, const Ceilings& ceil, const EstimateInputs& in, const Precision& p,
+                                 const std::string& gpu_name, double ttft_s) {
+  RequestEstimate r;
+  r.prompt = in.prompt;
+  r.generate = in.generate;
+  r.ttft_s = ttft_s;
+  for (std::uint64_t t = 1; t < in.generate; ++t)
+    r.decode_s += estimate_phase(m, ceil, {Phase::decode, in.batch, 1, in.prompt + t}, in, p, gpu_name).time_s;
+  r.total_s = r.ttft_s + r.decode_s;
+  r.mean_per_token_s = in.generate > 1 ? r.decode_s / static_cast<double>(in.generate - 1) : 0.0;
+  r.tokens_per_s = r.total_s > 0 ? static_cast<double>(in.batch * in.generate) / r.total_s : 0.0;
+  r.prefill_share = r.total_s > 0 ? r.ttft_s / r.total_s : 0.0;
+  return r;
+}
+
 }  // namespace
 
 Estimate estimate(const ModelConfig& m, const GpuSpec& gpu, const EstimateInputs& in) {
   if (in.batch == 0) throw InputError("--batch must be a positive integer");
   if (in.prompt == 0) throw InputError("--prompt must be a positive integer");
   if (in.context == 0) throw InputError("--context must be a positive integer");
+  if (in.generate > (1ull << 20)) throw InputError("--generate " + std::to_string(in.generate) + ": at most 1048576 tokens");
   Estimate e;
   e.model = m;
   e.gpu = gpu;
   e.in = in;
-  e.precision = Precision::from(in.dtype, in.kv_dtype);
+  check_positions(m, in, e.warnings);
+  e.precision = step_precision(m, in);
   e.params = parameter_count(m);
-  e.weight_bytes = mul(e.params, e.precision.w, "weight bytes");
+  e.active_params = active_parameter_count(m);
+  e.weight_bytes = weight_bytes(m, e.precision);
   e.kv_bytes_per_token = kv_bytes_per_token(m, e.precision.c);
-  e.kv_cache_bytes = kv_cache_bytes(m.layers, m.kv_heads, m.head_dim, in.context, in.batch, e.precision.c);
-  const auto per_seq = mul(e.kv_bytes_per_token, in.context, "KV-cache size");
+  e.kv_cache_bytes = kv_cache_bytes(m, in.context, in.batch, e.precision.c);
+  const auto per_seq = kv_cache_bytes(m, in.context, 1, e.precision.c);
   e.max_batch = gpu.memory_bytes > e.weight_bytes ? (gpu.memory_bytes - e.weight_bytes) / per_seq : 0;
   const auto ceil = gpu.ceilings();
   e.prefill = estimate_phase(m, ceil, {Phase::prefill, in.batch, in.prompt, 0}, in, e.precision, gpu.key);
   e.decode = estimate_phase(m, ceil, {Phase::decode, in.batch, 1, in.context}, in, e.precision, gpu.key);
   e.ttft_s = e.prefill.time_s;
   e.per_token_s = e.decode.time_s;
+  if (in.generate) e.request = estimate_request(m, ceil, in, e.precision, gpu.key, e.ttft_s);
   return e;
 }
 
@@ -100,6 +150,8 @@ nlohmann::json phase_json(const PhaseEstimate& p) {
     auto j = cost_json(o.op.cost);
     j["name"] = o.op.name;
     j["kind"] = o.op.kind;
+    if (!o.op.variant.empty()) j["variant"] = o.op.variant;
+    if (!o.op.weights.empty()) j["weights"] = o.op.weights;
     j["count"] = o.op.count;
     j["shape"] = o.op.shape.to_json();
     j["compute_dtype"] = to_string(o.compute_dtype);
@@ -134,20 +186,38 @@ std::string human_time(double s) {
 void phase_text(std::string& out, const PhaseEstimate& p) {
   out += fmt::format("\n{} step: batch {}, {} new token(s) per sequence, context {}\n", to_string(p.phase), p.step.batch,
                      p.step.new_tokens, p.step.context);
-  out += fmt::format("  {:<15} {:>5} {:>12} {:>11} {:>11} {:>11} {:>11} {:>10} {:>8} {:>11}\n", "op", "count", "GFLOP",
-                     "weights MB", "KV MB", "act MB", "writes MB", "FLOP/B", "bound", "time");
+  // Ops that differ between kinds of layers carry their variant: "attention [sliding window 4096]".
+  std::size_t width = 15;
+  for (const auto& o : p.ops) width = std::max(width, o.op.name.size() + (o.op.variant.empty() ? 0 : o.op.variant.size() + 3));
+  out += fmt::format("  {:<{}} {:>5} {:>12} {:>11} {:>11} {:>11} {:>11} {:>10} {:>8} {:>11}\n", "op", width, "count",
+                     "GFLOP", "weights MB", "KV MB", "act MB", "writes MB", "FLOP/B", "bound", "time");
   for (const auto& o : p.ops) {
     const auto& c = o.op.cost;
-    out += fmt::format("  {:<15} {:>5} {:>12.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>10.2f} {:>8} {:>11}\n",
-                       o.op.name, o.op.count, c.flops / 1e9, c.bytes.weights / 1e6, c.bytes.kv_cache / 1e6,
+    out += fmt::format("  {:<{}} {:>5} {:>12.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>10.2f} {:>8} {:>11}\n",
+                       o.op.variant.empty() ? o.op.name : o.op.name + " [" + o.op.variant + "]", width, o.op.count, c.flops / 1e9, c.bytes.weights / 1e6, c.bytes.kv_cache / 1e6,
                        (c.bytes.activations + c.bytes.block_table) / 1e6, c.bytes.writes / 1e6, c.intensity(),
                        to_string(o.bound), human_time(o.time_s * static_cast<double>(o.op.count)));
   }
   const auto& t = p.total;
-  out += fmt::format("  {:<15} {:>5} {:>12.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>10.2f} {:>8} {:>11}\n", "total", "",
+  out += fmt::format("  {:<{}} {:>5} {:>12.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>10.2f} {:>8} {:>11}\n", "total",
+                     width, "",
                      t.flops / 1e9, t.bytes.weights / 1e6, t.bytes.kv_cache / 1e6,
                      (t.bytes.activations + t.bytes.block_table) / 1e6, t.bytes.writes / 1e6, t.intensity(), "",
                      human_time(p.time_s));
+}
+
+// Each kind of layer (window, MoE) and how many layers have it.
+nlohmann::json layer_kinds_json(const ModelConfig& m) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& [kind, count] : layer_groups(m))
+    a.push_back({{"layers", count}, {"sliding_window", kind.window}, {"moe", kind.moe}});
+  return a;
+}
+
+nlohmann::json request_json(const RequestEstimate& r) {
+  return {{"prompt", r.prompt},       {"generate", r.generate},         {"ttft_s", r.ttft_s},
+          {"decode_s", r.decode_s},   {"total_s", r.total_s},           {"mean_per_token_s", r.mean_per_token_s},
+          {"tokens_per_s", r.tokens_per_s}, {"prefill_share", r.prefill_share}};
 }
 
 }  // namespace
@@ -183,7 +253,15 @@ nlohmann::json to_json(const Estimate& e) {
         {"head_dim", m.head_dim},
         {"vocab_size", m.vocab},
         {"tie_word_embeddings", m.tie_word_embeddings},
-        {"params", e.params}}},
+        {"max_position_embeddings", m.max_position},
+        {"layer_kinds", layer_kinds_json(m)},
+        {"experts", m.experts},
+        {"experts_per_token", m.experts_per_token},
+        {"expert_intermediate_size", m.expert_intermediate},
+        {"quantization", m.quantization ? nlohmann::json(m.quantization->name) : nlohmann::json()},
+        {"params", e.params},
+        {"active_params", e.active_params},
+        {"active_params_without_input_embedding", e.active_params - m.vocab * m.hidden}}},
       {"gpu",
        {{"key", e.gpu.key},
         {"name", e.gpu.name},
@@ -195,6 +273,8 @@ nlohmann::json to_json(const Estimate& e) {
         {"context", e.in.context},
         {"dtype", to_string(e.in.dtype)},
         {"kv_dtype", to_string(e.in.kv_dtype)},
+        {"linear_weights", e.precision.linear.name},
+        {"generate", e.in.generate},
         {"ceiling_source", to_string(e.in.ceiling)}}},
       {"element_bytes", {{"weights", e.precision.w}, {"activations", e.precision.a}, {"kv_cache", e.precision.c}}},
       {"weight_bytes", e.weight_bytes},
@@ -205,6 +285,9 @@ nlohmann::json to_json(const Estimate& e) {
       {"ttft_s", e.ttft_s},
       {"per_token_s", e.per_token_s},
       {"decode_tokens_per_s", e.per_token_s > 0 ? static_cast<double>(e.in.batch) / e.per_token_s : 0.0},
+      {"request", e.request ? request_json(*e.request) : nlohmann::json()},
+      {"warnings", e.warnings},
+      {"left_out", e.model.notes},
       {"simple_model", to_json(simple)},
       {"notes",
        "FLOPs exclude softmax, RoPE, norms and other elementwise work (their bytes count). Times are roofline "
@@ -245,8 +328,22 @@ std::string to_text(const Estimate& e) {
   std::string out;
   out += fmt::format("model {} ({}): h {}, I {}, {} layers, {} q heads / {} kv heads, head_dim {}, vocab {}\n", m.name,
                      m.model_type, m.hidden, m.intermediate, m.layers, m.heads, m.kv_heads, m.head_dim, m.vocab);
-  out += fmt::format("  {} parameters ({:.3f} B), weights {} in {}\n", e.params, e.params / 1e9,
-                     human_bytes(static_cast<double>(e.weight_bytes)), to_string(e.in.dtype));
+  for (const auto& w : e.warnings) out += "WARNING: " + w + "\n";
+  if (m.experts)
+    out += fmt::format("  mixture of experts: {} experts of width {}, {} per token{}\n", m.experts, m.expert_intermediate,
+                       m.experts_per_token, m.shared_intermediate ? fmt::format(", a shared expert of width {}", m.shared_intermediate) : "");
+  for (const auto& [kind, count] : layer_groups(m))
+    if (layer_groups(m).size() > 1 || kind.window)
+      out += fmt::format("  {} layer(s): {} attention, {} MLP\n", count,
+                         kind.window ? fmt::format("sliding-window ({} tokens)", kind.window) : std::string("full"),
+                         kind.moe ? "mixture-of-experts" : "dense");
+  if (m.experts)
+    out += fmt::format("  {} parameters ({:.3f} B), {:.3f} B active per token ({:.3f} B without the input embedding)\n",
+                       e.params, e.params / 1e9, e.active_params / 1e9, (e.active_params - m.vocab * m.hidden) / 1e9);
+  else
+    out += fmt::format("  {} parameters ({:.3f} B)\n", e.params, e.params / 1e9);
+  out += fmt::format("  weights {}: linear layers {}, the rest {}-bit\n", human_bytes(static_cast<double>(e.weight_bytes)),
+                     e.precision.linear.name, 8 * e.precision.w);
   const auto ceil = e.gpu.ceilings();
   const auto W = ceil.bandwidth_for(e.in.ceiling);
   out += fmt::format("gpu {}: {} memory, {:.0f} GB/s ({} ceilings)\n", e.gpu.name,
@@ -260,6 +357,14 @@ std::string to_text(const Estimate& e) {
   out += fmt::format("\nTTFT (prefill of batch {} x prompt {})      {}\n", e.in.batch, e.in.prompt, human_time(e.ttft_s));
   out += fmt::format("per-token latency (decode at context {})  {}  ({:.1f} tokens/s across the batch)\n", e.in.context,
                      human_time(e.per_token_s), e.per_token_s > 0 ? e.in.batch / e.per_token_s : 0.0);
+  if (e.request) {
+    const auto& r = *e.request;
+    out += fmt::format(
+        "request of {} prompt + {} generated tokens (batch {}): {} in all; TTFT {}, then {} per token "
+        "({:.1f} tokens/s across the batch); prefill is {:.1f}% of the time\n",
+        r.prompt, r.generate, e.in.batch, human_time(r.total_s), human_time(r.ttft_s), human_time(r.mean_per_token_s),
+        r.tokens_per_s, 100 * r.prefill_share);
+  }
   out += fmt::format("KV cache: {} per token, {} for batch {} at context {}\n",
                      human_bytes(static_cast<double>(e.kv_bytes_per_token)), human_bytes(static_cast<double>(e.kv_cache_bytes)),
                      e.in.batch, e.in.context);
@@ -302,6 +407,7 @@ std::string to_text(const Estimate& e) {
                          if (o.op.kind == "prefill_attention") f += static_cast<double>(o.op.cost.flops * o.op.count);
                        return f / 1e9;
                      }());
+  for (const auto& n : m.notes) out += "  left out for " + m.model_type + ": " + n + "\n";
   out += "notes: FLOPs exclude softmax, RoPE and norms (their bytes count); times are roofline predictions summed per op.\n";
   return out;
 }

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <string>
 
+#include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 
 namespace phasebench {
@@ -51,12 +52,54 @@ DType linear_output_type(DType t) {
   return t;
 }
 
+std::uint64_t WeightFormat::bytes(std::uint64_t rows, std::uint64_t cols) const {
+  const auto elements = mul(rows, cols, "weight elements");
+  auto ceil_div = [](std::uint64_t a, std::uint64_t b) { return a / b + (a % b ? 1 : 0); };
+  std::uint64_t groups = 0;
+  if (block_rows && block_cols)
+    groups = mul(ceil_div(rows, block_rows), ceil_div(cols, block_cols), "weight blocks");
+  else if (group)
+    groups = mul(rows, ceil_div(cols, group), "weight groups");
+  const auto bits_total = add(add(mul(elements, bits, "weight bits"), mul(groups, group_bits, "scale bits"), "weight bits"),
+                              mul(cols, col_bits, "index bits"), "weight bits");
+  return bits_total / 8 + (bits_total % 8 ? 1 : 0);
+}
+
+WeightFormat WeightFormat::plain(DType t) {
+  WeightFormat f;
+  f.name = std::string(to_string(t));
+  f.bits = 8 * element_bytes(t);
+  f.compute = t;
+  return f;
+}
+
+WeightFormat WeightFormat::parse(std::string_view name) {
+  if (name == "int4") return {"int4 (groups of 128, fp16 scale + 4-bit zero)", 4, 128, 0, 0, 16 + 4, 0, DType::bf16};
+  if (name == "mxfp4") return {"mxfp4 (groups of 32, e8m0 scale)", 4, 32, 0, 0, 8, 0, DType::bf16};
+  if (name == "fp8") return {"fp8 e4m3 (128x128 blocks, fp32 scale)", 8, 0, 128, 128, 32, 0, DType::fp8};
+  if (name == "bf16" || name == "fp16" || name == "fp32") return plain(parse_dtype(name));
+  throw InputError("unknown weight format '" + std::string(name) + "'; use bf16, fp16, fp32, fp8, int4 or mxfp4");
+}
+
 Precision Precision::from(DType weights, DType kv) {
   Precision p;
   p.w = element_bytes(weights);
   p.a = element_bytes(weights) == 1 ? 2 : element_bytes(weights);
   p.c = element_bytes(kv);
+  p.linear = WeightFormat::plain(weights);
   return p;
+}
+
+WeightFormat Precision::format_of(std::string_view module) const {
+  for (const auto& m : plain_modules)
+    if (m == module) {
+      WeightFormat f;
+      f.name = "plain " + std::to_string(8 * w) + "-bit (left unquantized)";
+      f.bits = 8 * w;
+      f.compute = linear.compute == DType::fp8 ? DType::bf16 : linear.compute;
+      return f;
+    }
+  return linear;
 }
 
 }  // namespace phasebench

@@ -3,6 +3,7 @@
 #include "phasebench/model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -15,70 +16,6 @@
 
 namespace phasebench {
 
-namespace {
-
-const std::set<std::string>& supported_families() {
-  static const std::set<std::string> f{"llama", "mistral", "qwen2", "gemma", "gemma2", "phi3"};
-  return f;
-}
-
-std::string join(const std::set<std::string>& s) {
-  std::string r;
-  for (const auto& x : s) r += (r.empty() ? "" : ", ") + x;
-  return r;
-}
-
-bool optional_bool(const nlohmann::json& j, const std::string& key, bool dflt, const std::string& origin) {
-  if (!j.contains(key) || j.at(key).is_null()) return dflt;
-  if (!j.at(key).is_boolean()) throw InputError(origin + ": field \"" + key + "\" must be true or false, got " + j.at(key).dump());
-  return j.at(key).get<bool>();
-}
-
-}  // namespace
-
-ModelConfig parse_model_config(const std::string& json_text, const std::string& origin) {
-  const auto j = parse_json_text(json_text, origin);
-  if (!j.is_object()) throw InputError(origin + ": a config.json must be a JSON object");
-  ModelConfig m;
-  m.source = origin;
-  m.model_type = require_string(j, "model_type", origin);
-  if (!supported_families().count(m.model_type))
-    throw InputError(origin + ": model_type \"" + m.model_type + "\" is not supported; supported families: " +
-                     join(supported_families()));
-  m.hidden = require_positive(j, "hidden_size", origin);
-  m.intermediate = require_positive(j, "intermediate_size", origin);
-  m.layers = require_positive(j, "num_hidden_layers", origin);
-  m.heads = require_positive(j, "num_attention_heads", origin);
-  m.vocab = require_positive(j, "vocab_size", origin);
-  // Absent (or null) num_key_value_heads means multi-head attention.
-  m.kv_heads = (j.contains("num_key_value_heads") && !j.at("num_key_value_heads").is_null())
-                   ? require_positive(j, "num_key_value_heads", origin)
-                   : m.heads;
-  if (m.heads % m.kv_heads != 0)
-    throw InputError(origin + ": num_attention_heads (" + std::to_string(m.heads) +
-                     ") is not a multiple of num_key_value_heads (" + std::to_string(m.kv_heads) + ")");
-  if (j.contains("head_dim") && !j.at("head_dim").is_null()) {
-    m.head_dim = require_positive(j, "head_dim", origin);
-  } else {
-    if (m.hidden % m.heads != 0)
-      throw InputError(origin + ": no head_dim and hidden_size (" + std::to_string(m.hidden) +
-                       ") is not divisible by num_attention_heads (" + std::to_string(m.heads) + "); add \"head_dim\"");
-    m.head_dim = m.hidden / m.heads;
-  }
-  // transformers' PretrainedConfig defaults tie_word_embeddings to true.
-  m.tie_word_embeddings = optional_bool(j, "tie_word_embeddings", true, origin);
-  if (m.model_type == "qwen2") {
-    m.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj
-  } else {
-    const bool attn_bias = optional_bool(j, "attention_bias", false, origin);
-    m.qkv_bias = m.o_bias = attn_bias;
-  }
-  m.mlp_bias = optional_bool(j, "mlp_bias", false, origin);
-  m.norms_per_layer = m.model_type == "gemma2" ? 4 : 2;
-  m.fused_qkv_checkpoint = m.fused_gate_up_checkpoint = (m.model_type == "phi3");
-  return m;
-}
-
 std::vector<ShippedModel> shipped_models() {
   const std::string path = data_dir() + "/models/index.json";
   const auto j = read_json_file(path, "model index");
@@ -86,7 +23,8 @@ std::vector<ShippedModel> shipped_models() {
   try {
     for (const auto& e : j.at("models"))
       out.push_back({e.at("name").get<std::string>(), e.at("file").get<std::string>(), e.value("hf_repo", std::string{}),
-                     e.value("published_params", std::uint64_t{0})});
+                     e.value("published_params", std::uint64_t{0}), e.value("published", std::string{}),
+                     e.value("published_active", std::string{}), e.value("active_without_input_embedding", false)});
   } catch (const nlohmann::json::exception& e) {
     throw InputError("model index '" + path + "' is malformed: " + e.what());
   }
@@ -122,27 +60,140 @@ ModelConfig load_model(const std::string& name_or_path) {
   return m;
 }
 
-std::uint64_t layer_parameter_count(const ModelConfig& m) {
-  // The weights (layer_weights: projections and norms' scales), then the biases.
+LayerKind ModelConfig::layer_kind(std::uint64_t layer) const {
+  LayerKind k;
+  if (layer < windows.size()) k.window = windows[layer];
+  if (layer < moe_layers.size()) k.moe = moe_layers[layer];
+  return k;
+}
+
+std::vector<std::pair<LayerKind, std::uint64_t>> layer_groups(const ModelConfig& m) {
+  std::vector<std::pair<LayerKind, std::uint64_t>> g;
+  for (std::uint64_t i = 0; i < m.layers; ++i) {
+    const auto k = m.layer_kind(i);
+    auto it = std::find_if(g.begin(), g.end(), [&](const auto& x) { return x.first == k; });
+    if (it == g.end())
+      g.emplace_back(k, 1);
+    else
+      ++it->second;
+  }
+  return g;
+}
+
+std::uint64_t LayerWeight::elements() const { return mul(rows, cols, "layer weights"); }
+
+std::vector<LayerWeight> layer_weights(const ModelConfig& m, const LayerKind& kind) {
+  const auto h = m.hidden, D = m.head_dim;
+  std::vector<LayerWeight> w{{"attn_norm", 1, h, false}};
+  w.push_back({"qkv_proj", (m.heads + 2 * m.kv_heads) * D, h});
+  if (m.qk_norm) {
+    w.push_back({"q_norm", 1, D, false});
+    w.push_back({"k_norm", 1, D, false});
+  }
+  if (m.attention_sinks) w.push_back({"sinks", 1, m.heads, false});
+  w.push_back({"o_proj", h, m.heads * D});
+  if (m.norms_per_layer == 4) w.push_back({"post_attn_norm", 1, h, false});
+  w.push_back({"mlp_norm", 1, h, false});
+  if (kind.moe) {
+    const auto E = m.experts, I = m.expert_intermediate;
+    w.push_back({"router", E, h});
+    w.push_back({"experts_gate_up", mul(E, 2 * I), h});
+    w.push_back({"experts_down", mul(E, h), I});
+    if (m.shared_intermediate) {
+      w.push_back({"shared_gate_up", 2 * m.shared_intermediate, h});
+      w.push_back({"shared_down", h, m.shared_intermediate});
+    }
+  } else {
+    w.push_back({"gate_up_proj", 2 * m.intermediate, h});
+    w.push_back({"down_proj", h, m.intermediate});
+  }
+  if (m.norms_per_layer == 4) w.push_back({"post_mlp_norm", 1, h, false});
+  return w;
+}
+
+namespace {
+
+// Bias elements of one layer of kind `kind`.
+std::uint64_t layer_bias_count(const ModelConfig& m, const LayerKind& kind) {
+  const auto h = m.hidden, D = m.head_dim;
   std::uint64_t n = 0;
-  for (const auto& w : layer_weights(m)) n = add(n, w.elements(), "parameters");
-  const auto h = m.hidden, D = m.head_dim, I = m.intermediate;
   if (m.qkv_bias) n = add(n, (m.heads + 2 * m.kv_heads) * D);
   if (m.o_bias) n = add(n, h);
-  if (m.mlp_bias) n = add(n, 2 * I + h);
+  if (kind.moe) {
+    if (m.router_bias) n = add(n, m.experts);
+    if (m.expert_bias) n = add(n, mul(m.experts, 2 * m.expert_intermediate + h, "parameters"));
+  } else if (m.mlp_bias) {
+    n = add(n, 2 * m.intermediate + h);
+  }
   return n;
+}
+
+// Parameters of one expert (its weights and biases).
+std::uint64_t expert_parameter_count(const ModelConfig& m) {
+  const auto h = m.hidden, I = m.expert_intermediate;
+  return add(mul({3, h, I}, "parameters"), m.expert_bias ? 2 * I + h : 0);
+}
+
+}  // namespace
+
+std::uint64_t layer_parameter_count(const ModelConfig& m, const LayerKind& kind) {
+  // The weights (layer_weights: projections, norms' scales, sinks), then the biases.
+  std::uint64_t n = 0;
+  for (const auto& w : layer_weights(m, kind)) n = add(n, w.elements(), "parameters");
+  return add(n, layer_bias_count(m, kind), "parameters");
 }
 
 std::uint64_t parameter_count(const ModelConfig& m) {
   const auto embed = mul(m.vocab, m.hidden, "parameters");
-  std::uint64_t n = add(embed, mul(m.layers, layer_parameter_count(m), "parameters"));
+  std::uint64_t n = embed;
+  for (const auto& [kind, count] : layer_groups(m)) n = add(n, mul(count, layer_parameter_count(m, kind), "parameters"));
   n = add(n, m.hidden);  // final norm
   if (!m.tie_word_embeddings) n = add(n, embed);
   return n;
 }
 
+std::uint64_t active_parameter_count(const ModelConfig& m) {
+  std::uint64_t n = parameter_count(m);
+  for (const auto& [kind, count] : layer_groups(m))
+    if (kind.moe) n -= mul({count, m.experts - m.experts_per_token, expert_parameter_count(m)}, "parameters");
+  return n;
+}
+
+std::uint64_t weight_bytes(const ModelConfig& m, const Precision& p) {
+  std::uint64_t b = mul({m.vocab, m.hidden, p.w}, "weight bytes");  // the embedding
+  if (!m.tie_word_embeddings) b = add(b, p.format_of("lm_head").bytes(m.vocab, m.hidden), "weight bytes");
+  b = add(b, mul(m.hidden, p.w), "weight bytes");  // final norm
+  for (const auto& [kind, count] : layer_groups(m)) {
+    std::uint64_t layer = mul(layer_bias_count(m, kind), p.w, "weight bytes");
+    for (const auto& w : layer_weights(m, kind)) {
+      const bool experts = w.name.rfind("experts_", 0) == 0;
+      // Quantized formats group along each expert's rows: its bytes per expert, times E.
+      const auto one = w.linear ? p.format_of(w.name).bytes(experts ? w.rows / m.experts : w.rows, w.cols)
+                                : mul(w.elements(), p.w, "weight bytes");
+      layer = add(layer, experts ? mul(one, m.experts, "weight bytes") : one, "weight bytes");
+    }
+    b = add(b, mul(layer, count, "weight bytes"), "weight bytes");
+  }
+  return b;
+}
+
+std::uint64_t kv_cache_bytes(const ModelConfig& m, std::uint64_t context, std::uint64_t batch, std::uint64_t c) {
+  std::uint64_t b = 0;
+  for (const auto& [kind, count] : layer_groups(m)) {
+    const auto tokens = kind.window ? std::min(context, kind.window) : context;
+    b = add(b, kv_cache_bytes(count, m.kv_heads, m.head_dim, tokens, batch, c), "KV-cache size");
+  }
+  return b;
+}
+
 std::uint64_t kv_bytes_per_token(const ModelConfig& m, std::uint64_t c) {
   return kv_cache_bytes(m.layers, m.kv_heads, m.head_dim, 1, 1, c);
+}
+
+double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uint64_t tokens) {
+  if (experts == 0) return 0;
+  const double E = static_cast<double>(experts), miss = 1.0 - static_cast<double>(k) / E;
+  return E * (1.0 - std::pow(miss, static_cast<double>(tokens)));
 }
 
 std::string_view to_string(Phase p) { return p == Phase::prefill ? "prefill" : "decode"; }
@@ -151,66 +202,101 @@ namespace {
 
 LayerOp make_linear(std::string name, std::uint64_t M, std::uint64_t N, std::uint64_t K, const Precision& p) {
   const LinearShape s{M, N, K};
-  return {std::move(name), "linear", s.shape(), linear_cost(s, p.w, p.a)};
+  const WeightFormat f = p.format_of(name);
+  LayerOp op{std::move(name), "linear", s.shape(), linear_cost(s, f, p.a, p.a)};
+  op.compute = f.compute;
+  op.weights = f.name;
+  return op;
 }
 
 LayerOp make_elementwise(std::string name, OpCost cost) { return {std::move(name), "elementwise", {}, cost}; }
 
+// The experts of an MoE layer as grouped GEMMs over `tokens` routed tokens.
+LayerOp make_grouped(std::string name, const ModelConfig& m, std::uint64_t tokens, std::uint64_t N, std::uint64_t K,
+                     const Precision& p) {
+  const WeightFormat f = p.format_of(name);
+  const double touched = expected_experts_touched(m.experts, m.experts_per_token, tokens);
+  LayerOp op{std::move(name), "grouped_linear",
+             Shape{{"tokens", tokens}, {"k", m.experts_per_token}, {"E", m.experts}, {"N", N}, {"K", K}},
+             grouped_linear_cost(tokens, m.experts_per_token, N, K, touched, f, p.a, p.a)};
+  op.compute = f.compute;
+  op.weights = f.name;
+  return op;
+}
+
 }  // namespace
 
-std::vector<LayerOp> linear_ops(const ModelConfig& m, std::uint64_t M, const Precision& p) {
+std::vector<LayerOp> linear_ops(const ModelConfig& m, std::uint64_t M, const Precision& p, bool moe) {
   const auto h = m.hidden, D = m.head_dim;
-  return {make_linear("qkv_proj", M, (m.heads + 2 * m.kv_heads) * D, h, p),
-          make_linear("o_proj", M, h, m.heads * D, p),
-          make_linear("gate_up_proj", M, 2 * m.intermediate, h, p),
-          make_linear("down_proj", M, h, m.intermediate, p),
-          make_linear("lm_head", M, m.vocab, h, p)};
+  std::vector<LayerOp> ops{make_linear("qkv_proj", M, (m.heads + 2 * m.kv_heads) * D, h, p),
+                           make_linear("o_proj", M, h, m.heads * D, p)};
+  if (!moe) {
+    ops.push_back(make_linear("gate_up_proj", M, 2 * m.intermediate, h, p));
+    ops.push_back(make_linear("down_proj", M, h, m.intermediate, p));
+  }
+  ops.push_back(make_linear("lm_head", M, m.vocab, h, p));
+  return ops;
 }
 
-std::uint64_t LayerWeight::elements() const { return mul(rows, cols, "layer weights"); }
+namespace {
 
-std::vector<LayerWeight> layer_weights(const ModelConfig& m) {
+// The MLP of a layer: dense (gate_up, act, down) or a mixture of experts (router,
+// the routed experts as grouped GEMMs, the shared expert).
+void add_mlp_ops(std::vector<LayerOp>& ops, const ModelConfig& m, std::uint64_t M, const Precision& p, bool moe) {
   const auto h = m.hidden;
-  const auto lin = linear_ops(m, 1, Precision{});
-  std::vector<LayerWeight> w{{"attn_norm", 1, h}};
-  for (const auto& op : lin) {
-    if (op.name == "lm_head") continue;
-    const auto s = LinearShape::of(op.shape);
-    w.push_back({op.name, s.N, s.K});
-    if (op.name == "o_proj") w.push_back({"mlp_norm", 1, h});
+  if (!moe) {
+    ops.push_back(make_linear("gate_up_proj", M, 2 * m.intermediate, h, p));
+    ops.push_back(make_elementwise("act_mul", gated_activation_cost(M, m.intermediate, p.a)));
+    ops.push_back(make_linear("down_proj", M, h, m.intermediate, p));
+    return;
   }
-  if (m.norms_per_layer == 4) {
-    w.push_back({"post_attn_norm", 1, h});
-    w.push_back({"post_mlp_norm", 1, h});
+  const auto I = m.expert_intermediate, routed = mul(M, m.experts_per_token, "routed tokens");
+  ops.push_back(make_linear("router", M, m.experts, h, p));
+  ops.push_back(make_grouped("experts_gate_up", m, M, 2 * I, h, p));
+  ops.push_back(make_elementwise("experts_act_mul", gated_activation_cost(routed, I, p.a)));
+  ops.push_back(make_grouped("experts_down", m, M, h, I, p));
+  if (m.shared_intermediate) {
+    ops.push_back(make_linear("shared_gate_up", M, 2 * m.shared_intermediate, h, p));
+    ops.push_back(make_elementwise("shared_act_mul", gated_activation_cost(M, m.shared_intermediate, p.a)));
+    ops.push_back(make_linear("shared_down", M, h, m.shared_intermediate, p));
   }
-  return w;
 }
 
-std::vector<LayerOp> layer_ops(const ModelConfig& m, const StepShape& step, const Precision& p) {
+}  // namespace
+
+std::vector<LayerOp> layer_ops(const ModelConfig& m, const StepShape& step, const Precision& p, const LayerKind& kind) {
   const auto B = step.batch, S = step.new_tokens;
   const auto M = mul(B, S, "tokens");
   const auto h = m.hidden, D = m.head_dim;
-  auto lin = linear_ops(m, M, p);
-  const bool sandwich = m.norms_per_layer == 4;  // gemma2: norms before and after attention and MLP
+  const bool sandwich = m.norms_per_layer == 4;  // gemma2/3: norms before and after attention and MLP
+  const std::string window = kind.window ? "sliding window " + std::to_string(kind.window) : "";
   std::vector<LayerOp> ops;
   ops.push_back(make_elementwise("attn_norm", rmsnorm_cost(M, h, p.a, p.w)));
-  ops.push_back(lin[0]);
+  ops.push_back(make_linear("qkv_proj", M, (m.heads + 2 * m.kv_heads) * D, h, p));
+  if (m.qk_norm) {  // per head over D: q and k read and written, two D-wide scales
+    const auto qk = mul({M, m.heads + m.kv_heads, D}, "q/k elements");
+    ops.push_back(make_elementwise("qk_norm", elementwise_cost(mul(p.a, qk), mul({2, D, p.w}), mul(p.a, qk))));
+  }
   ops.push_back(make_elementwise("rope", rope_cost(M, m.heads, m.kv_heads, D, p.a)));
   const KvAppendShape app{B, S, m.kv_heads, D};
   ops.push_back({"kv_append", "kv_append", app.shape(), kv_append_cost(app, p.a, p.c)});
+  LayerOp attention;
   if (step.phase == Phase::prefill) {
     const PrefillAttentionShape att{B, m.heads, m.kv_heads, S, D};
-    ops.push_back({"attention", "prefill_attention", att.shape(), prefill_attention_cost(att, p.a)});
+    attention = {"attention", "prefill_attention", att.shape(), prefill_attention_cost(att, p.a, kind.window)};
+    if (kind.window) attention.shape.set("window", kind.window);
   } else {
-    const AttentionShape att{B, m.heads, m.kv_heads, step.context, D};
-    ops.push_back({"attention", "decode_attention", att.shape(), decode_attention_cost(att, p.c, p.a)});
+    // A sliding-window layer reads at most its window of the cache.
+    const auto L = kind.window ? std::min(step.context, kind.window) : step.context;
+    const AttentionShape att{B, m.heads, m.kv_heads, L, D};
+    attention = {"attention", "decode_attention", att.shape(), decode_attention_cost(att, p.c, p.a)};
   }
-  ops.push_back(lin[1]);
+  attention.variant = window;
+  ops.push_back(attention);
+  ops.push_back(make_linear("o_proj", M, h, m.heads * D, p));
   if (sandwich) ops.push_back(make_elementwise("post_attn_norm", rmsnorm_cost(M, h, p.a, p.w)));
   ops.push_back(make_elementwise("mlp_norm", rmsnorm_cost(M, h, p.a, p.w)));
-  ops.push_back(lin[2]);
-  ops.push_back(make_elementwise("act_mul", gated_activation_cost(M, m.intermediate, p.a)));
-  ops.push_back(lin[3]);
+  add_mlp_ops(ops, m, M, p, kind.moe);
   if (sandwich) ops.push_back(make_elementwise("post_mlp_norm", rmsnorm_cost(M, h, p.a, p.w)));
   return ops;
 }
@@ -222,10 +308,32 @@ std::vector<LayerOp> step_ops(const ModelConfig& m, const StepShape& step, const
   std::vector<LayerOp> ops;
   // Embedding gather: at most one row per distinct token.
   ops.push_back(make_elementwise("embed", elementwise_cost(0, mul({p.w, std::min(M, m.vocab), m.hidden}), mul({p.a, M, m.hidden}))));
-  for (auto op : layer_ops(m, step, p)) {
-    op.count = m.layers;
-    ops.push_back(std::move(op));
-  }
+  // Each kind of layer; an op equal in every respect across kinds is one entry
+  // with the layers of all of them.
+  const auto groups = layer_groups(m);
+  const bool mixed_mlp = std::any_of(groups.begin(), groups.end(), [](const auto& g) { return g.first.moe; }) &&
+                         std::any_of(groups.begin(), groups.end(), [](const auto& g) { return !g.first.moe; });
+  const std::size_t first = ops.size();
+  for (const auto& [kind, count] : groups)
+    for (auto op : layer_ops(m, step, p, kind)) {
+      op.count = count;
+      if (mixed_mlp && !kind.moe && (op.name == "gate_up_proj" || op.name == "act_mul" || op.name == "down_proj"))
+        op.variant = "dense layers";
+      auto same = std::find_if(ops.begin() + static_cast<std::ptrdiff_t>(first), ops.end(), [&](const LayerOp& o) {
+        return o.name == op.name && o.variant == op.variant && o.shape == op.shape && o.cost.flops == op.cost.flops &&
+               o.cost.bytes.total() == op.cost.bytes.total();
+      });
+      if (same != ops.end()) {
+        same->count += count;
+        continue;
+      }
+      // A variant goes right after the other variants of its op.
+      auto last = std::find_if(ops.rbegin(), ops.rend(), [&](const LayerOp& o) { return o.name == op.name; });
+      if (last != ops.rend() && static_cast<std::size_t>(ops.rend() - last) > first)
+        ops.insert(last.base(), std::move(op));
+      else
+        ops.push_back(std::move(op));
+    }
   ops.push_back(make_elementwise("final_norm", rmsnorm_cost(M, m.hidden, p.a, p.w)));
   // Logits for the last token of each sequence only.
   ops.push_back(make_linear("lm_head", step.batch, m.vocab, m.hidden, p));

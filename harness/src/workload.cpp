@@ -2,6 +2,8 @@
 // costs are computed, for the benchmarks, the analytical model and the tests.
 #include "phasebench/workload.hpp"
 
+#include <cmath>
+
 #include "phasebench/checked.hpp"
 
 namespace phasebench {
@@ -57,6 +59,20 @@ OpCost linear_cost(const LinearShape& s, std::uint64_t w, std::uint64_t a_in, st
   return c;
 }
 
+OpCost linear_cost(const LinearShape& s, const WeightFormat& w, std::uint64_t a_in, std::uint64_t a_out) {
+  OpCost c = linear_cost(s, 0, a_in, a_out);
+  c.bytes.weights = w.bytes(s.N, s.K);
+  return c;
+}
+
+OpCost grouped_linear_cost(std::uint64_t tokens, std::uint64_t k, std::uint64_t N, std::uint64_t K, double touched,
+                           const WeightFormat& w, std::uint64_t a_in, std::uint64_t a_out) {
+  const auto rows = mul(tokens, k, "routed tokens");
+  OpCost c = linear_cost({rows, N, K}, 0, a_in, a_out);
+  c.bytes.weights = static_cast<std::uint64_t>(std::llround(touched * static_cast<double>(w.bytes(N, K))));
+  return c;
+}
+
 std::optional<std::uint64_t> linear_batch_at_intensity(std::uint64_t N, std::uint64_t K, DType t, double ridge) {
   const auto e = element_bytes(t), out = element_bytes(linear_output_type(t));
   // Intensity grows with M (toward 2NK / (a_in K + a_out N)): bisect.
@@ -97,11 +113,16 @@ OpCost decode_attention_paged_cost(const AttentionShape& s, std::uint64_t c, std
   return r;
 }
 
-OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a) {
+std::uint64_t causal_pairs(std::uint64_t S, std::uint64_t window) {
+  if (window == 0 || S <= window) return mul(S, S + 1, "attention pairs") / 2;
+  return add(mul(window, window + 1, "attention pairs") / 2, mul(S - window, window, "attention pairs"));
+}
+
+OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a, std::uint64_t window) {
   OpCost r;
-  // Causal: query i attends to i+1 keys, sum = S(S+1)/2; QK^T and PV each 2 FLOPs
-  // per (query, key, d): 4 * B*Hq*D * S(S+1)/2 = 2*B*Hq*D*S*(S+1).
-  r.flops = mul({2, s.B, s.Hq, s.D, s.S, s.S + 1}, "prefill attention FLOPs");
+  // Causal: query i attends to i+1 keys (at most `window`); QK^T and PV each 2
+  // FLOPs per (query, key, d): 4 * B*Hq*D * pairs, = 2*B*Hq*D*S*(S+1) without a window.
+  r.flops = mul({4, s.B, s.Hq, s.D, causal_pairs(s.S, window)}, "prefill attention FLOPs");
   r.bytes.activations = mul({a, s.B, s.S, s.D, s.Hq + 2 * s.Hkv}, "prefill attention input bytes");
   r.bytes.writes = mul({a, s.B, s.S, s.D, s.Hq}, "prefill attention output bytes");
   return r;

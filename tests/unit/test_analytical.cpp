@@ -77,3 +77,96 @@ TEST(Analytical, BadInput) {
   EXPECT_THROW(estimate(m, gpu, in), InputError);  // KV cache overflows 64 bits
   EXPECT_THROW(simple_estimate(0, 32, 1, 1, DType::fp16), InputError);
 }
+
+TEST(Analytical, AWholeRequestIsThePrefillThenItsDecodeSteps) {
+  const auto m = load_model("llama-3.1-8b");
+  const auto gpu = GpuTable::load().get("h100-sxm");
+  EstimateInputs in;
+  in.batch = 2;
+  in.prompt = 500;
+  in.generate = 4;  // the prefill yields token 1, then steps at contexts 501, 502, 503
+  const auto e = estimate(m, gpu, in);
+  ASSERT_TRUE(e.request.has_value());
+  double decode = 0;
+  for (std::uint64_t L : {501u, 502u, 503u}) {
+    EstimateInputs one = in;
+    one.context = L;
+    one.generate = 0;
+    decode += estimate(m, gpu, one).per_token_s;
+  }
+  EXPECT_NEAR(e.request->decode_s, decode, 1e-15);
+  EXPECT_DOUBLE_EQ(e.request->ttft_s, e.ttft_s);
+  EXPECT_DOUBLE_EQ(e.request->total_s, e.ttft_s + decode);
+  EXPECT_DOUBLE_EQ(e.request->mean_per_token_s, decode / 3);
+  EXPECT_DOUBLE_EQ(e.request->tokens_per_s, 2 * 4 / (e.ttft_s + decode));
+  EXPECT_NE(to_text(e).find("request of 500 prompt + 4 generated tokens"), std::string::npos);
+  EXPECT_EQ(to_json(e).at("request").at("generate"), 4);
+}
+
+TEST(Analytical, ContextsBeyondTheModelAreRefusedOrWarned) {
+  const auto m = load_model("phi-3-mini-4k");  // max_position_embeddings 4096
+  const auto gpu = GpuTable::load().get("h100-sxm");
+  EstimateInputs in;
+  in.prompt = 1000;
+  in.context = 5000;
+  EXPECT_THROW(estimate(m, gpu, in), InputError);
+  in.allow_long_context = true;
+  const auto e = estimate(m, gpu, in);
+  ASSERT_EQ(e.warnings.size(), 1u);
+  EXPECT_NE(to_text(e).find("WARNING: a context of 5000 tokens is beyond"), std::string::npos);
+  EXPECT_EQ(to_json(e).at("warnings").size(), 1u);
+}
+
+TEST(Analytical, QuantizedWeightsSpeedUpTheMemoryBoundDecode) {
+  // An AWQ int4 Llama-3.1-8B holds 5.73 GB of weights, not 16.06 GB; a decode
+  // step reads all but the embedding table (one row per sequence): 3.1x less,
+  // and its memory-bound step is about that much shorter. The GEMMs still compute in bf16.
+  const auto gpu = GpuTable::load().get("h100-sxm");
+  EstimateInputs in;
+  in.batch = 1;
+  in.prompt = 512;
+  const auto plain = estimate(load_model("llama-3.1-8b"), gpu, in);
+  const auto awq = estimate(load_model(std::string(PHASEBENCH_TEST_DATA_DIR) + "/llama-3.1-8b-awq.json"), gpu, in);
+  EXPECT_EQ(awq.weight_bytes, 5727854592ull);
+  const std::uint64_t embedding = 128256ull * 4096 * 2, row = 4096 * 2;
+  EXPECT_EQ(awq.decode.total.bytes.weights, awq.weight_bytes - embedding + row);
+  const double ratio = plain.per_token_s / awq.per_token_s;
+  EXPECT_GT(ratio, 2.9);
+  EXPECT_LT(ratio, 3.3);
+  for (const auto& o : awq.decode.ops) {
+    if (o.op.kind == "linear") {
+      EXPECT_EQ(o.compute_dtype, DType::bf16) << o.op.name;
+    }
+  }
+  // --weight-dtype int4 on the plain config gives the same.
+  in.weights = WeightFormat::parse("int4");
+  EXPECT_EQ(estimate(load_model("llama-3.1-8b"), gpu, in).weight_bytes, 5727854592ull);
+  // fp8 block-scaled weights compute in fp8.
+  in.weights = WeightFormat::parse("fp8");
+  const auto f8 = estimate(load_model("llama-3.1-8b"), gpu, in);
+  for (const auto& o : f8.prefill.ops) {
+    if (o.op.kind == "linear" && o.op.name != "lm_head") {
+      EXPECT_EQ(o.compute_dtype, DType::fp8) << o.op.name;
+    }
+  }
+}
+
+TEST(Analytical, MixtureOfExpertsDecodeMovesWithTheBatch) {
+  // More sequences touch more experts: per sequence, the weight bytes of a step
+  // fall as the batch grows, until every expert is read.
+  const auto m = load_model("mixtral-8x7b");
+  const auto gpu = GpuTable::load().get("h100-sxm");
+  EstimateInputs in;
+  in.prompt = 1024;
+  double prev = 1e30;
+  for (std::uint64_t B : {1u, 4u, 16u, 64u}) {
+    in.batch = B;
+    const auto e = estimate(m, gpu, in);
+    const double per_seq = static_cast<double>(e.decode.total.bytes.weights) / static_cast<double>(B);
+    EXPECT_LT(per_seq, prev) << B;
+    prev = per_seq;
+  }
+  const auto e = estimate(m, gpu, in);
+  EXPECT_GT(e.weight_bytes, 2 * 46000000000ull);  // memory holds every expert
+  EXPECT_NE(to_text(e).find("mixture of experts: 8 experts of width 14336, 2 per token"), std::string::npos);
+}

@@ -38,7 +38,10 @@ TEST(Cli, ModelBadInputs) {
            {"model --prompt -5", "--prompt must be a positive integer"},
            {"model --dtype fp7", "unknown dtype 'fp7'"},
            {"model --gpu a100-sxm4-80gb --dtype fp8", "no fp8 peak"},
-           {"model --batch 1099511627776 --context 1073741824", "overflows 64-bit"},
+           {"model --batch 1099511627776 --context 1073741824 --allow-long-context", "overflows 64-bit"},
+           {"model --context 200000", "beyond the model's max_position_embeddings (131072)"},
+           {"model --weight-dtype int3", "unknown weight format 'int3'"},
+           {"model --generate -5", "--generate must be a positive integer"},
            {"model --config /nonexistent/config.json", "unknown model"},
            {"frobnicate", "unknown command"},
        }) {

@@ -2,22 +2,161 @@
 // shapes, and every kind of bad config.json.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
+#include "phasebench/workload.hpp"
 
 using namespace phasebench;
 
+namespace {
+
+// Whether `count` is a published figure such as "8.2B" or "46.7B" to as many
+// decimals as written, rounded or cut (Qwen writes 3.35B as "3.3B").
+bool rounds_to(std::uint64_t count, const std::string& published) {
+  if (published.empty() || published.back() != 'B') return false;
+  const std::string num = published.substr(0, published.size() - 1);
+  const auto dot = num.find('.');
+  const int decimals = dot == std::string::npos ? 0 : static_cast<int>(num.size() - dot - 1);
+  const double scale = std::pow(10.0, decimals), x = static_cast<double>(count) / 1e9 * scale;
+  const auto want = std::llround(std::stod(num) * scale);
+  return std::llround(x) == want || static_cast<long long>(std::floor(x)) == want;
+}
+
+}  // namespace
+
 TEST(Models, ParameterCountsMatchPublishedCounts) {
   const auto shipped = shipped_models();
-  ASSERT_GE(shipped.size(), 3u);
+  ASSERT_GE(shipped.size(), 10u);
   for (const auto& s : shipped) {
     const auto m = load_model(s.name);
-    EXPECT_EQ(parameter_count(m), s.published_params) << s.name;
+    if (s.published_params)
+      EXPECT_EQ(parameter_count(m), s.published_params) << s.name;
+    else
+      EXPECT_TRUE(rounds_to(parameter_count(m), s.published)) << s.name << ": " << parameter_count(m) << " vs " << s.published;
+    if (!s.published_active.empty()) {
+      const auto active = active_parameter_count(m) - (s.active_without_input_embedding ? m.vocab * m.hidden : 0);
+      EXPECT_TRUE(rounds_to(active, s.published_active)) << s.name << ": " << active << " vs " << s.published_active;
+    }
   }
+  EXPECT_FALSE(rounds_to(8030261248ull, "8.2B"));  // the check can fail
+}
+
+TEST(Models, ExactCountsOfThe2026Families) {
+  // The formulas of docs/model-research figures: per family, weights + biases.
+  EXPECT_EQ(parameter_count(load_model("qwen3-8b")), 8190735360ull);  // q/k norms included
+  const auto q = load_model("qwen3-30b-a3b");
+  EXPECT_EQ(parameter_count(q), 30532122624ull);
+  EXPECT_EQ(active_parameter_count(q), 3353032704ull);
+  const auto x = load_model("mixtral-8x7b");
+  EXPECT_EQ(parameter_count(x), 46702792704ull);
+  EXPECT_EQ(active_parameter_count(x), 12879925248ull);
+  const auto g = load_model("gpt-oss-20b");
+  EXPECT_EQ(parameter_count(g), 20914757184ull);  // biases, sinks, router bias
+  EXPECT_EQ(active_parameter_count(g) - g.vocab * g.hidden, 3608307264ull);
+  // MXFP4 experts (17 bytes per 32 weights), everything else bf16: the 12.82 GiB checkpoint.
+  ASSERT_TRUE(g.quantization.has_value());
+  Precision p = Precision::from(DType::bf16, DType::bf16);
+  p.linear = *g.quantization;
+  p.plain_modules = g.not_quantized;
+  EXPECT_EQ(weight_bytes(g, p), 13761264768ull);
+  // Gemma 3: the 4B's sparse text_config takes Gemma3TextConfig's defaults; tied.
+  const auto g4 = load_model(std::string(PHASEBENCH_TEST_DATA_DIR) + "/gemma-3-4b-it.json");
+  EXPECT_EQ(g4.heads, 8u);
+  EXPECT_EQ(g4.kv_heads, 4u);
+  EXPECT_EQ(g4.head_dim, 256u);
+  EXPECT_EQ(g4.vocab, 262208u);
+  EXPECT_EQ(parameter_count(g4), 3880263168ull);  // the text model (the vision tower is not counted)
+  const auto g1 = load_model(std::string(PHASEBENCH_TEST_DATA_DIR) + "/gemma-3-1b-it.json");
+  EXPECT_EQ(parameter_count(g1), 999885952ull);
+}
+
+TEST(Models, SlidingWindowsCapTheKvCacheAndAttention) {
+  // Gemma 2 9B: 21 of 42 layers slide over 4096 tokens: 2.114 GB at 8k, not 2.819.
+  const auto g = load_model("gemma-2-9b");
+  EXPECT_EQ(std::count(g.windows.begin(), g.windows.end(), 4096u), 21);
+  EXPECT_EQ(g.windows[0], 4096u);  // even layers slide
+  EXPECT_EQ(g.windows[1], 0u);
+  EXPECT_EQ(kv_cache_bytes(g, 8192, 1, 2), 21ull * 8192 * 8192 + 21ull * 8192 * 4096);
+  EXPECT_EQ(kv_cache_bytes(g, 4096, 1, 2), 42ull * 8192 * 4096);  // no window is full yet
+  // Mistral 7B v0.1: every layer slides over 4096: half the full-attention KV at 8k.
+  const auto m = load_model(std::string(PHASEBENCH_TEST_DATA_DIR) + "/mistral-7b-v0.1.json");
+  EXPECT_EQ(kv_cache_bytes(m, 8192, 1, 2), kv_cache_bytes(32, 8, 128, 4096, 1, 2));
+  // Gemma 3 1B: global layers 5, 11, 17, 23; the rest slide over 512.
+  const auto g1 = load_model(std::string(PHASEBENCH_TEST_DATA_DIR) + "/gemma-3-1b-it.json");
+  for (std::uint64_t i = 0; i < g1.layers; ++i) EXPECT_EQ(g1.windows[i], (i + 1) % 6 ? 512u : 0u) << i;
+  // gpt-oss: layer_types as listed.
+  const auto o = load_model("gpt-oss-20b");
+  EXPECT_EQ(o.windows[0], 128u);
+  EXPECT_EQ(o.windows[1], 0u);
+  // Decode attention reads at most the window; prefill attention sees at most it.
+  const auto p = Precision::from(DType::bf16, DType::bf16);
+  std::uint64_t kv_read = 0, flops_prefill = 0;
+  for (const auto& op : step_ops(g, {Phase::decode, 1, 1, 8192}, p)) kv_read += op.cost.bytes.kv_cache * op.count;
+  EXPECT_EQ(kv_read, kv_cache_bytes(g, 8192, 1, 2));
+  for (const auto& op : step_ops(g, {Phase::prefill, 1, 8192, 0}, p))
+    if (op.kind == "prefill_attention") flops_prefill += op.cost.flops * op.count;
+  EXPECT_EQ(flops_prefill, 4ull * 16 * 256 * (21 * causal_pairs(8192, 4096) + 21 * causal_pairs(8192, 0)));
+}
+
+TEST(Models, TiedEmbeddingsDefaultAsTransformersHasThem) {
+  // Without the key: llama, mistral, qwen2/3, phi3 untie (transformers' default
+  // False); the Gemma families tie.
+  const char* llama = R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})";
+  EXPECT_FALSE(parse_model_config(llama, "t").tie_word_embeddings);
+  std::string gemma = llama;
+  gemma.replace(gemma.find("llama"), 5, "gemma");
+  EXPECT_TRUE(parse_model_config(gemma, "t").tie_word_embeddings);
+}
+
+TEST(Models, QuantizedWeightsFromTheConfig) {
+  // An AWQ int4 Llama-3.1-8B (AutoAWQ's form): 4 bits + an fp16 scale and a 4-bit
+  // zero per 128 weights; lm_head, embedding and norms in fp16: 5.73 GB, as its shards.
+  const auto m = load_model(std::string(PHASEBENCH_TEST_DATA_DIR) + "/llama-3.1-8b-awq.json");
+  ASSERT_TRUE(m.quantization.has_value());
+  EXPECT_EQ(m.quantization->bits, 4u);
+  EXPECT_EQ(m.quantization->group, 128u);
+  Precision p = Precision::from(DType::bf16, DType::bf16);
+  p.linear = *m.quantization;
+  p.plain_modules = m.not_quantized;
+  EXPECT_EQ(weight_bytes(m, p), 5727854592ull);
+  // The same from --weight-dtype int4 on the plain config.
+  Precision q = Precision::from(DType::bf16, DType::bf16);
+  q.linear = WeightFormat::parse("int4");
+  q.plain_modules = {"lm_head"};
+  EXPECT_EQ(weight_bytes(load_model("llama-3.1-8b"), q), 5727854592ull);
+  // Sizes below a byte are exact: 33 weights of 4 bits and one 8-bit scale per 32 = 16.5 + 2 bytes, rounded up once.
+  EXPECT_EQ(WeightFormat::parse("mxfp4").bytes(1, 33), 19u);
+  EXPECT_EQ(WeightFormat::parse("mxfp4").bytes(2, 32), 34u);
+}
+
+TEST(Models, MixtureOfExpertsTouchesTheExpectedExperts) {
+  EXPECT_DOUBLE_EQ(expected_experts_touched(8, 2, 1), 2.0);
+  EXPECT_NEAR(expected_experts_touched(8, 2, 64), 8.0 * (1 - std::pow(0.75, 64)), 1e-12);
+  EXPECT_NEAR(expected_experts_touched(128, 8, 1), 8.0, 1e-12);
+  // Mixtral decode: a sequence reads 2 of 8 experts per layer; a batch of 64 reads nearly all.
+  const auto x = load_model("mixtral-8x7b");
+  const auto p = Precision::from(DType::bf16, DType::bf16);
+  auto expert_bytes = [&](std::uint64_t B) {
+    std::uint64_t b = 0;
+    for (const auto& op : step_ops(x, {Phase::decode, B, 1, 1024}, p))
+      if (op.kind == "grouped_linear") b += op.cost.bytes.weights * op.count;
+    return b;
+  };
+  const std::uint64_t one_expert_layer = 2ull * 3 * 4096 * 14336;
+  EXPECT_EQ(expert_bytes(1), 32 * 2 * one_expert_layer);
+  EXPECT_NEAR(static_cast<double>(expert_bytes(64)), 32 * 8 * (1 - std::pow(0.75, 64)) * one_expert_layer, 64.0);
+  // Prefill FLOPs: the active experts only.
+  std::uint64_t f = 0;
+  for (const auto& op : step_ops(x, {Phase::prefill, 1, 100, 0}, p))
+    if (op.kind == "grouped_linear") f += op.cost.flops * op.count;
+  EXPECT_EQ(f, 32ull * 2 * 100 * 2 * 3 * 4096 * 14336);
 }
 
 TEST(Models, ExactCountsOfTheLlamas) {
@@ -44,7 +183,7 @@ TEST(Models, DerivedShapes) {
 
 TEST(Models, LinearOpsOfAStep) {
   const auto m = load_model("llama-3.1-8b");
-  const Precision p{2, 2, 2};
+  const auto p = Precision::from(DType::bf16, DType::bf16);
   const auto lin = linear_ops(m, 8, p);
   ASSERT_EQ(lin.size(), 5u);
   EXPECT_EQ(lin[0].name, "qkv_proj");
@@ -116,6 +255,22 @@ TEST(Models, BadConfigsAreClearErrors) {
   std::string badbool = kGood;
   badbool.insert(badbool.size() - 1, R"(, "tie_word_embeddings": "yes")");
   EXPECT_NE(error_of(badbool).find("true or false"), std::string::npos);
+  // Mixtures of experts, windows and quantization that do not hold together.
+  const std::string moe = R"({"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "num_local_experts": 4, "num_experts_per_tok": 6})";
+  EXPECT_NE(error_of(moe).find("6 experts per token of 4 experts"), std::string::npos) << error_of(moe);
+  std::string types = kGood;
+  types.insert(types.size() - 1, R"(, "sliding_window": 16, "layer_types": ["full_attention"])");
+  types.replace(types.find("\"llama\""), 7, "\"gpt_oss\"");
+  EXPECT_NE(error_of(types).find("one type per layer"), std::string::npos) << error_of(types);
+  std::string wide = kGood;
+  wide.replace(wide.find("\"llama\""), 7, "\"mistral\"");
+  wide.insert(wide.size() - 1, R"(, "sliding_window": 9000, "max_position_embeddings": 4096)");
+  EXPECT_NE(error_of(wide).find("sliding_window 9000 is larger than max_position_embeddings 4096"), std::string::npos)
+      << error_of(wide);
+  std::string quant = kGood;
+  quant.insert(quant.size() - 1, R"(, "quantization_config": {"quant_method": "bitsandbytes"})");
+  EXPECT_NE(error_of(quant).find("quant_method 'bitsandbytes' is not supported"), std::string::npos) << error_of(quant);
 }
 
 TEST(Models, UnknownModelAndMissingFile) {

@@ -3,6 +3,7 @@
 // each operation's time on the roofline (max(FLOPs/P, bytes/W)), phase totals,
 // TTFT and per-token latency, KV-cache size and the largest batch that fits.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,26 @@ struct EstimateInputs {
   DType dtype = DType::bf16;     // weights (and activations unless 8-bit)
   DType kv_dtype = DType::bf16;
   CeilingSource ceiling = CeilingSource::datasheet;
+  // The linear layers' weights (--weight-dtype); nothing: the config's
+  // quantization_config, else plain `dtype`.
+  std::optional<WeightFormat> weights;
+  // A whole request: `generate` tokens after the prompt (0: the two steps only).
+  std::uint64_t generate = 0;
+  // A prompt or context beyond max_position_embeddings: an InputError, or with
+  // this a warning in the text and the JSON.
+  bool allow_long_context = false;
+};
+
+// A request of P prompt tokens and G generated ones: the prefill (which yields
+// the first token), then G - 1 decode steps at contexts P+1 .. P+G-1.
+struct RequestEstimate {
+  std::uint64_t prompt = 0, generate = 0;
+  double ttft_s = 0;            // the prefill
+  double decode_s = 0;          // the G - 1 decode steps
+  double total_s = 0;
+  double mean_per_token_s = 0;  // decode_s / (G - 1) (time per output token after the first)
+  double tokens_per_s = 0;      // batch * G / total_s
+  double prefill_share = 0;     // ttft_s / total_s
 };
 
 struct OpEstimate {
@@ -45,6 +66,7 @@ struct Estimate {
   EstimateInputs in;
   Precision precision;
   std::uint64_t params = 0;
+  std::uint64_t active_params = 0;  // what a token uses (MoE: its experts only)
   std::uint64_t weight_bytes = 0;
   std::uint64_t kv_bytes_per_token = 0;
   std::uint64_t kv_cache_bytes = 0;  // batch sequences at the decode context
@@ -52,6 +74,8 @@ struct Estimate {
   PhaseEstimate prefill, decode;
   double ttft_s = 0;       // prefill step time
   double per_token_s = 0;  // decode step time
+  std::optional<RequestEstimate> request;  // when inputs.generate > 0
+  std::vector<std::string> warnings;       // e.g. a context beyond max_position_embeddings
 };
 
 // The dtype whose compute ceiling an op uses.

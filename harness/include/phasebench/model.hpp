@@ -3,7 +3,9 @@
 // them: per-layer operation lists for a prefill and a decode step, parameter
 // counts and KV-cache bytes per token.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "phasebench/dtype.hpp"
@@ -11,24 +13,51 @@
 
 namespace phasebench {
 
+// What may differ between the layers of one model: the attention window (0:
+// full attention) and whether the MLP is a mixture of experts.
+struct LayerKind {
+  std::uint64_t window = 0;
+  bool moe = false;
+  bool operator==(const LayerKind& o) const { return window == o.window && moe == o.moe; }
+};
+
 struct ModelConfig {
   std::string name;        // short name, or the file's stem for a path
   std::string source;      // the file it was read from
-  std::string model_type;  // llama, mistral, qwen2, gemma, gemma2, phi3
+  std::string model_type;  // llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3, phi3, gpt_oss
   std::uint64_t hidden = 0;        // h
-  std::uint64_t intermediate = 0;  // I
+  std::uint64_t intermediate = 0;  // I (of the dense MLP; of each expert when every layer is MoE)
   std::uint64_t layers = 0;
   std::uint64_t heads = 0;     // Hq
   std::uint64_t kv_heads = 0;  // Hkv
   std::uint64_t head_dim = 0;  // D
   std::uint64_t vocab = 0;     // V
+  std::uint64_t max_position = 0;  // max_position_embeddings (0: not given)
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // q/k/v projections carry biases
   bool o_bias = false;    // output projection carries a bias
   bool mlp_bias = false;
-  int norms_per_layer = 2;        // gemma2 has four
+  int norms_per_layer = 2;        // gemma2 and gemma3 have four
+  bool qk_norm = false;           // RMSNorm over head_dim on q and k (qwen3, gemma3)
+  bool attention_sinks = false;   // one learned logit per head (gpt-oss)
   bool fused_qkv_checkpoint = false;      // the checkpoint stores one qkv_proj (phi3)
   bool fused_gate_up_checkpoint = false;  // the checkpoint stores one gate_up_proj (phi3)
+  // Per layer: the sliding window in tokens (0: full attention). Empty: all full.
+  std::vector<std::uint64_t> windows;
+  // Mixture of experts (experts == 0: a dense model): each MoE layer routes every
+  // token to `experts_per_token` of `experts` experts of width expert_intermediate,
+  // beside a shared expert of width shared_intermediate (0: none).
+  std::uint64_t experts = 0, experts_per_token = 0, expert_intermediate = 0, shared_intermediate = 0;
+  std::vector<bool> moe_layers;  // per layer (empty: none)
+  bool router_bias = false, expert_bias = false;
+  // Weights as the checkpoint's quantization_config stores them (none: plain),
+  // and the linear layers it leaves plain (our names: lm_head, router, qkv_proj, ...).
+  std::optional<WeightFormat> quantization;
+  std::vector<std::string> not_quantized;
+  // What the model of this family leaves out (the text output says it).
+  std::vector<std::string> notes;
+
+  LayerKind layer_kind(std::uint64_t layer) const;
 };
 
 // A short name from harness/data/models/index.json, or a path to a config.json.
@@ -38,12 +67,28 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 
 struct ShippedModel {
   std::string name, file, hf_repo;
-  std::uint64_t published_params = 0;
+  std::uint64_t published_params = 0;  // exact (safetensors metadata); 0: only a rounded figure is published
+  std::string published;               // the published figure as written ("8.2B"), else empty
+  std::string published_active;        // MoE: active parameters as published ("3.3B")
+  bool active_without_input_embedding = false;  // the vendor's active count leaves the input embedding out
 };
 std::vector<ShippedModel> shipped_models();
 
+// The layer kinds of a model and how many layers of each, in the order they first appear.
+std::vector<std::pair<LayerKind, std::uint64_t>> layer_groups(const ModelConfig& m);
+
 std::uint64_t parameter_count(const ModelConfig& m);
-std::uint64_t layer_parameter_count(const ModelConfig& m);
+// Parameters a token uses: everything but the experts it is not routed to
+// (with the input embedding; DeepSeek and gpt-oss publish it without: subtract V*h).
+std::uint64_t active_parameter_count(const ModelConfig& m);
+// One layer of kind `kind` (default: full attention, dense MLP).
+std::uint64_t layer_parameter_count(const ModelConfig& m, const LayerKind& kind = {});
+// Bytes of all weights stored as `p` says (quantized linear layers with their scales).
+std::uint64_t weight_bytes(const ModelConfig& m, const Precision& p);
+// KV-cache bytes of `batch` sequences of `context` tokens: a sliding-window layer
+// keeps at most its window.
+std::uint64_t kv_cache_bytes(const ModelConfig& m, std::uint64_t context, std::uint64_t batch, std::uint64_t c);
+// Per token of context while no window is full (all layers).
 std::uint64_t kv_bytes_per_token(const ModelConfig& m, std::uint64_t c);
 
 enum class Phase { prefill, decode };
@@ -53,10 +98,13 @@ std::string_view to_string(Phase p);
 // gate_up_proj), with its shape and cost from workload.hpp.
 struct LayerOp {
   std::string name;            // qkv_proj, o_proj, gate_up_proj, down_proj, attention, kv_append, attn_norm, ...
-  std::string kind = "linear";  // linear, decode_attention, prefill_attention, kv_append, elementwise
+  std::string kind = "linear";  // linear, grouped_linear, decode_attention, prefill_attention, kv_append, elementwise
   Shape shape;                 // its dimensions (workload.hpp's typed shapes); none for elementwise ops
   OpCost cost;
   std::uint64_t count = 1;  // how many times per step (layers for per-layer ops)
+  std::string variant = "";  // what sets it apart from ops of the same name: "sliding window 4096", "dense layers"
+  DType compute = DType::bf16;  // linear ops: the type their math runs in (their weights' WeightFormat::compute)
+  std::string weights = "";     // linear ops: their weight format
 };
 
 struct StepShape {
@@ -66,22 +114,32 @@ struct StepShape {
   std::uint64_t context = 0;     // L: tokens already in the KV cache (decode)
 };
 
-// The ops of one transformer layer for a step.
-std::vector<LayerOp> layer_ops(const ModelConfig& m, const StepShape& step, const Precision& p);
-// Whole step: the layer's ops (count = layers), the final norm and lm_head.
-// lm_head runs on the last token of each sequence only (what serving engines do).
+// The ops of one transformer layer of kind `kind` for a step (default: full
+// attention, dense MLP: the layer the whole-layer benchmark runs).
+std::vector<LayerOp> layer_ops(const ModelConfig& m, const StepShape& step, const Precision& p, const LayerKind& kind = {});
+// Whole step: each layer kind's ops (count = its layers; ops equal across kinds
+// merged), the final norm and lm_head. lm_head runs on the last token of each
+// sequence only (what serving engines do).
 std::vector<LayerOp> step_ops(const ModelConfig& m, const StepShape& step, const Precision& p);
-// The linear layers (one entry per distinct projection) for M tokens.
-std::vector<LayerOp> linear_ops(const ModelConfig& m, std::uint64_t M, const Precision& p);
+// The linear layers (one entry per distinct projection) for M tokens: a layer's
+// projections (its dense MLP unless `moe`) and lm_head.
+std::vector<LayerOp> linear_ops(const ModelConfig& m, std::uint64_t M, const Precision& p, bool moe = false);
 
 // The weights one layer holds for inference, as engines store them (qkv and
-// gate_up fused): elements rows x cols (a norm's scale: 1 x h). The one list the
-// whole-layer benchmark allocates, its footprint counts and layer_ops reads.
+// gate_up fused; all experts of a kind as one E*rows x cols matrix): elements
+// rows x cols (a norm's scale: 1 x h). The one list the whole-layer benchmark
+// allocates, its footprint counts, the parameter counts and weight bytes sum.
+// `linear`: a linear layer's weight (quantizable), else a norm scale or sinks.
 struct LayerWeight {
   std::string name;
   std::uint64_t rows = 0, cols = 0;
+  bool linear = true;
   std::uint64_t elements() const;
 };
-std::vector<LayerWeight> layer_weights(const ModelConfig& m);
+std::vector<LayerWeight> layer_weights(const ModelConfig& m, const LayerKind& kind = {});
+
+// Expected number of distinct experts that `tokens` tokens touch when each picks
+// `k` of `experts` uniformly: E * (1 - (1 - k/E)^T).
+double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uint64_t tokens);
 
 }  // namespace phasebench

@@ -46,6 +46,15 @@ struct LinearShape {
 };
 OpCost linear_cost(const LinearShape& s, std::uint64_t w, std::uint64_t a_in, std::uint64_t a_out);
 inline OpCost linear_cost(const LinearShape& s, std::uint64_t w, std::uint64_t a) { return linear_cost(s, w, a, a); }
+// The same with weights stored in `w` (quantized formats: exact sub-byte sizes, scales and zeros).
+OpCost linear_cost(const LinearShape& s, const WeightFormat& w, std::uint64_t a_in, std::uint64_t a_out);
+// A mixture-of-experts linear layer: `tokens` tokens each routed to `k` experts,
+// every expert an N x K linear: 2*tokens*k*N*K FLOPs; the weights of the experts
+// touched (`touched`, expected_experts_touched: a fraction of an expert is the
+// expected value) and each routed row read and written once.
+OpCost grouped_linear_cost(std::uint64_t tokens, std::uint64_t k, std::uint64_t N, std::uint64_t K, double touched,
+                           const WeightFormat& w, std::uint64_t a_in, std::uint64_t a_out);
+
 // The smallest batch M at which the linear layer N x K of element type `t` (its
 // output in linear_output_type(t)) reaches intensity `ridge` FLOP/byte: where it
 // crosses from memory-bound to compute-bound on a roofline of that ridge.
@@ -70,7 +79,12 @@ struct PrefillAttentionShape {
   static PrefillAttentionShape of(const Shape& s) { return {s["B"], s["Hq"], s["Hkv"], s["S"], s["D"]}; }
   Shape shape() const { return {{"B", B}, {"Hq", Hq}, {"Hkv", Hkv}, {"S", S}, {"D", D}}; }
 };
-OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a);
+// `window` > 0: sliding-window attention, each query sees at most `window` keys
+// (itself and the window - 1 before it).
+OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a, std::uint64_t window = 0);
+// Query-key pairs of causal attention over S tokens with a window (0: none):
+// S(S+1)/2 without, W(W+1)/2 + (S-W)W when S > W.
+std::uint64_t causal_pairs(std::uint64_t S, std::uint64_t window);
 
 // Writing S new tokens' K and V per sequence into the cache.
 struct KvAppendShape {
