@@ -124,6 +124,9 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
         const bool for_model = g.models == SweepGroup::Models::linear      ? listed(c.models, name)
                                : g.models == SweepGroup::Models::attention ? listed(c.attention_models, name)
                                                                            : false;
+        // Our attention kernels are grouped-query attention: an MLA model (DeepSeek)
+        // has no attention points, its projections still run.
+        if (g.models == SweepGroup::Models::attention && m.uses_mla()) continue;
         if (for_model && wanted(g)) add(g.points(scope));
       }
     }

@@ -13,7 +13,7 @@
 namespace phasebench {
 
 DType compute_dtype_for(const LayerOp& op, DType dtype) {
-  if (op.kind == "linear" || op.kind == "grouped_linear") return op.compute;
+  if (op.kind == "linear" || op.kind == "grouped_linear" || op.kind == "batched_linear") return op.compute;
   // Attention and elementwise work run on the activations: 16-bit when weights are 8-bit.
   return element_bytes(dtype) == 1 ? DType::bf16 : dtype;
 }
@@ -61,6 +61,7 @@ Precision step_precision(const ModelConfig& m, const EstimateInputs& in) {
     p.a = 2;
     p.w = 2;  // embeddings, norms and the layers left plain
     p.plain_modules = m.quantization && !in.weights ? m.not_quantized : std::vector<std::string>{"lm_head", "router"};
+    if (in.weights) check_weight_format(m, p.linear, p.plain_modules, "--weight-dtype " + p.linear.name + " for " + m.name);
   } else if (f) {
     p = Precision::from(f->compute, in.kv_dtype);  // a plain --weight-dtype: the whole model in it
   }
@@ -383,7 +384,10 @@ std::string to_text(const Estimate& e) {
   auto row = [&](const std::string& what, double a, double b, const char* unit) {
     out += fmt::format("  {:<34} {:>13.3f} {:<2} {:>13.3f} {:<2}\n", what, a, unit, b, unit);
   };
-  row("parameters per layer (M)", s.params_per_layer / 1e6, layer_parameter_count(m) / 1e6, "");
+  double layer_params = 0;  // mean over the layers (kinds differ: windows do not change it, experts do)
+  for (const auto& [kind, count] : layer_groups(m))
+    layer_params += static_cast<double>(layer_parameter_count(m, kind)) * static_cast<double>(count);
+  row("parameters per layer (M, mean)", s.params_per_layer / 1e6, layer_params / static_cast<double>(m.layers) / 1e6, "");
   row("parameters in total (B)", s.params_per_layer * s.layers / 1e9, e.params / 1e9, "");
   row("prefill GFLOPs", s.prefill_flops / 1e9, e.prefill.total.flops / 1e9, "");
   row("prefill bytes (GB)", s.weight_bytes / 1e9, e.prefill.total.bytes.total() / 1e9, "");
@@ -391,9 +395,22 @@ std::string to_text(const Estimate& e) {
   row("decode bytes (GB)", s.weight_bytes / 1e9, e.decode.total.bytes.total() / 1e9, "");
   row("decode intensity (FLOP/byte)", s.decode_intensity, e.decode.total.intensity(), "");
   out += "  left out by the simple model:\n";
-  out += fmt::format("    GQA: k/v projections are {} of {} heads (simple assumes 4h^2 attention weights)\n", m.kv_heads, m.heads);
-  out += fmt::format("    MLP of 3*h*I = {:.1f} M per layer (simple assumes 8h^2 = {:.1f} M)\n",
-                     3.0 * m.hidden * m.intermediate / 1e6, 8.0 * m.hidden * m.hidden / 1e6);
+  double attention_weights = 0;
+  for (const auto& w : layer_weights(m))
+    if (w.linear && w.name != "gate_up_proj" && w.name != "down_proj") attention_weights += static_cast<double>(w.elements());
+  const std::string attention_kind =
+      m.uses_mla() ? fmt::format("MLA: K and V through a latent of rank {}", m.mla.kv_lora_rank)
+                   : fmt::format("{} of {} heads for k/v", m.kv_heads, m.heads);
+  out += fmt::format("    attention projections of {:.1f} M per layer, {} (simple assumes 4h^2 = {:.1f} M)\n",
+                     attention_weights / 1e6, attention_kind, 4.0 * m.hidden * m.hidden / 1e6);
+  if (m.experts)
+    out += fmt::format("    MoE MLP: {} experts of 3*h*{} = {:.1f} M each, {} per token{} (simple assumes 8h^2 = {:.1f} M)\n",
+                       m.experts, m.expert_intermediate, 3.0 * m.hidden * m.expert_intermediate / 1e6, m.experts_per_token,
+                       m.shared_intermediate ? fmt::format(", plus a shared expert of width {}", m.shared_intermediate) : "",
+                       8.0 * m.hidden * m.hidden / 1e6);
+  if (!m.experts || std::any_of(m.moe_layers.begin(), m.moe_layers.end(), [](bool b) { return !b; }))
+    out += fmt::format("    {}MLP of 3*h*I = {:.1f} M per layer (simple assumes 8h^2 = {:.1f} M)\n", m.experts ? "dense layers' " : "",
+                       3.0 * m.hidden * m.intermediate / 1e6, 8.0 * m.hidden * m.hidden / 1e6);
   out += fmt::format("    embedding + vocabulary projection: {:.3f} B parameters\n",
                      (m.tie_word_embeddings ? 1.0 : 2.0) * m.vocab * m.hidden / 1e9);
   out += fmt::format("    activation traffic: prefill {}, decode {}\n",

@@ -85,13 +85,30 @@ std::uint64_t LayerWeight::elements() const { return mul(rows, cols, "layer weig
 std::vector<LayerWeight> layer_weights(const ModelConfig& m, const LayerKind& kind) {
   const auto h = m.hidden, D = m.head_dim;
   std::vector<LayerWeight> w{{"attn_norm", 1, h, false}};
-  w.push_back({"qkv_proj", (m.heads + 2 * m.kv_heads) * D, h});
+  if (m.uses_mla()) {
+    // As vLLM and SGLang load it: with a q bottleneck, q_a_proj and kv_a_proj_with_mqa fused.
+    const auto& a = m.mla;
+    const auto R = a.kv_lora_rank, P = a.qk_rope;
+    if (a.q_lora_rank) {
+      w.push_back({"qkv_a_proj", a.q_lora_rank + R + P, h});
+      w.push_back({"q_a_norm", 1, a.q_lora_rank, false});
+      w.push_back({"q_b_proj", m.heads * D, a.q_lora_rank});
+    } else {
+      w.push_back({"q_proj", m.heads * D, h});
+      w.push_back({"kv_a_proj", R + P, h});
+    }
+    w.push_back({"kv_a_norm", 1, R, false});
+    w.push_back({"kv_b_proj", m.heads * (a.qk_nope + a.v_head), R});
+    w.push_back({"o_proj", h, m.heads * a.v_head});
+  } else {
+    w.push_back({"qkv_proj", (m.heads + 2 * m.kv_heads) * D, h});
+  }
   if (m.qk_norm) {
     w.push_back({"q_norm", 1, D, false});
     w.push_back({"k_norm", 1, D, false});
   }
   if (m.attention_sinks) w.push_back({"sinks", 1, m.heads, false});
-  w.push_back({"o_proj", h, m.heads * D});
+  if (!m.uses_mla()) w.push_back({"o_proj", h, m.heads * D});
   if (m.norms_per_layer == 4) w.push_back({"post_attn_norm", 1, h, false});
   w.push_back({"mlp_norm", 1, h, false});
   if (kind.moe) {
@@ -165,6 +182,7 @@ std::uint64_t weight_bytes(const ModelConfig& m, const Precision& p) {
   b = add(b, mul(m.hidden, p.w), "weight bytes");  // final norm
   for (const auto& [kind, count] : layer_groups(m)) {
     std::uint64_t layer = mul(layer_bias_count(m, kind), p.w, "weight bytes");
+    if (kind.moe && m.router_bias_fp32) layer = add(layer, mul(m.experts, 4 - std::min<std::uint64_t>(p.w, 4)), "weight bytes");
     for (const auto& w : layer_weights(m, kind)) {
       const bool experts = w.name.rfind("experts_", 0) == 0;
       // Quantized formats group along each expert's rows: its bytes per expert, times E.
@@ -178,6 +196,8 @@ std::uint64_t weight_bytes(const ModelConfig& m, const Precision& p) {
 }
 
 std::uint64_t kv_cache_bytes(const ModelConfig& m, std::uint64_t context, std::uint64_t batch, std::uint64_t c) {
+  // MLA keeps one latent (kv_lora_rank + qk_rope elements) per token and layer, not K and V per head.
+  if (m.uses_mla()) return mul({m.layers, m.mla.latent(), context, batch, c}, "KV-cache size");
   std::uint64_t b = 0;
   for (const auto& [kind, count] : layer_groups(m)) {
     const auto tokens = kind.window ? std::min(context, kind.window) : context;
@@ -187,7 +207,22 @@ std::uint64_t kv_cache_bytes(const ModelConfig& m, std::uint64_t context, std::u
 }
 
 std::uint64_t kv_bytes_per_token(const ModelConfig& m, std::uint64_t c) {
+  if (m.uses_mla()) return kv_cache_bytes(m, 1, 1, c);
   return kv_cache_bytes(m.layers, m.kv_heads, m.head_dim, 1, 1, c);
+}
+
+void check_weight_format(const ModelConfig& m, const WeightFormat& f, const std::vector<std::string>& plain,
+                         const std::string& origin) {
+  if (f.group == 0 || f.group == ~std::uint64_t{0}) return;  // blocks round up; per-row groups always fit
+  auto check = [&](const std::string& name, std::uint64_t K) {
+    if (std::find(plain.begin(), plain.end(), name) != plain.end() || K % f.group == 0) return;
+    throw InputError(origin + ": the quantization group size " + std::to_string(f.group) + " does not divide the " +
+                     std::to_string(K) + " inputs of " + name + "; use a group size that divides every K");
+  };
+  for (const auto& [kind, count] : layer_groups(m))
+    for (const auto& w : layer_weights(m, kind))
+      if (w.linear) check(w.name, w.cols);
+  check("lm_head", m.hidden);
 }
 
 double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uint64_t tokens) {
@@ -228,8 +263,14 @@ LayerOp make_grouped(std::string name, const ModelConfig& m, std::uint64_t token
 
 std::vector<LayerOp> linear_ops(const ModelConfig& m, std::uint64_t M, const Precision& p, bool moe) {
   const auto h = m.hidden, D = m.head_dim;
-  std::vector<LayerOp> ops{make_linear("qkv_proj", M, (m.heads + 2 * m.kv_heads) * D, h, p),
-                           make_linear("o_proj", M, h, m.heads * D, p)};
+  std::vector<LayerOp> ops;
+  if (m.uses_mla()) {  // the projections as the prefill (expanded) form runs them
+    for (const auto& w : layer_weights(m))
+      if (w.linear && w.name != "gate_up_proj" && w.name != "down_proj") ops.push_back(make_linear(w.name, M, w.rows, w.cols, p));
+  } else {
+    ops.push_back(make_linear("qkv_proj", M, (m.heads + 2 * m.kv_heads) * D, h, p));
+    ops.push_back(make_linear("o_proj", M, h, m.heads * D, p));
+  }
   if (!moe) {
     ops.push_back(make_linear("gate_up_proj", M, 2 * m.intermediate, h, p));
     ops.push_back(make_linear("down_proj", M, h, m.intermediate, p));
@@ -264,14 +305,40 @@ void add_mlp_ops(std::vector<LayerOp>& ops, const ModelConfig& m, std::uint64_t 
 
 }  // namespace
 
+namespace {
+void add_attention_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const StepShape& step, const Precision& p,
+                       const LayerKind& kind);
+void add_mla_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const StepShape& step, const Precision& p);
+}  // namespace
+
 std::vector<LayerOp> layer_ops(const ModelConfig& m, const StepShape& step, const Precision& p, const LayerKind& kind) {
+  const auto M = mul(step.batch, step.new_tokens, "tokens");
+  const auto h = m.hidden;
+  const bool sandwich = m.norms_per_layer == 4;  // gemma2/3: norms before and after attention and MLP
+  std::vector<LayerOp> ops;
+  ops.push_back(make_elementwise("attn_norm", rmsnorm_cost(M, h, p.a, p.w)));
+  if (m.uses_mla()) {
+    add_mla_ops(ops, m, step, p);
+  } else {
+    add_attention_ops(ops, m, step, p, kind);
+  }
+  if (sandwich) ops.push_back(make_elementwise("post_attn_norm", rmsnorm_cost(M, h, p.a, p.w)));
+  ops.push_back(make_elementwise("mlp_norm", rmsnorm_cost(M, h, p.a, p.w)));
+  add_mlp_ops(ops, m, M, p, kind.moe);
+  if (sandwich) ops.push_back(make_elementwise("post_mlp_norm", rmsnorm_cost(M, h, p.a, p.w)));
+  return ops;
+}
+
+namespace {
+
+// Grouped-query attention: fused qkv, (q/k norms), rope, K/V append, attention
+// (within the layer's window), o_proj.
+void add_attention_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const StepShape& step, const Precision& p,
+                       const LayerKind& kind) {
   const auto B = step.batch, S = step.new_tokens;
   const auto M = mul(B, S, "tokens");
   const auto h = m.hidden, D = m.head_dim;
-  const bool sandwich = m.norms_per_layer == 4;  // gemma2/3: norms before and after attention and MLP
   const std::string window = kind.window ? "sliding window " + std::to_string(kind.window) : "";
-  std::vector<LayerOp> ops;
-  ops.push_back(make_elementwise("attn_norm", rmsnorm_cost(M, h, p.a, p.w)));
   ops.push_back(make_linear("qkv_proj", M, (m.heads + 2 * m.kv_heads) * D, h, p));
   if (m.qk_norm) {  // per head over D: q and k read and written, two D-wide scales
     const auto qk = mul({M, m.heads + m.kv_heads, D}, "q/k elements");
@@ -294,12 +361,58 @@ std::vector<LayerOp> layer_ops(const ModelConfig& m, const StepShape& step, cons
   attention.variant = window;
   ops.push_back(attention);
   ops.push_back(make_linear("o_proj", M, h, m.heads * D, p));
-  if (sandwich) ops.push_back(make_elementwise("post_attn_norm", rmsnorm_cost(M, h, p.a, p.w)));
-  ops.push_back(make_elementwise("mlp_norm", rmsnorm_cost(M, h, p.a, p.w)));
-  add_mlp_ops(ops, m, M, p, kind.moe);
-  if (sandwich) ops.push_back(make_elementwise("post_mlp_norm", rmsnorm_cost(M, h, p.a, p.w)));
-  return ops;
 }
+
+// Multi-head latent attention. Both phases: the q path (q_proj, or q_a through
+// its norm and q_b), kv_a (the new tokens' latents), its norm, rope on the rope
+// parts, the latent append. Prefill, expanded: kv_b_proj makes every token's
+// per-head K (nope) and V, then causal MHA. Decode, absorbed: q_nope times W_UK
+// per head, attention over the latent cache, times W_UV per head (W_UK and W_UV
+// are the two halves of kv_b_proj).
+void add_mla_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const StepShape& step, const Precision& p) {
+  const auto& a = m.mla;
+  const auto B = step.batch, S = step.new_tokens;
+  const auto M = mul(B, S, "tokens");
+  const auto h = m.hidden, H = m.heads, R = a.kv_lora_rank, P = a.qk_rope;
+  if (a.q_lora_rank) {
+    ops.push_back(make_linear("qkv_a_proj", M, a.q_lora_rank + R + P, h, p));
+    ops.push_back(make_elementwise("q_a_norm", rmsnorm_cost(M, a.q_lora_rank, p.a, p.w)));
+    ops.push_back(make_linear("q_b_proj", M, H * m.head_dim, a.q_lora_rank, p));
+  } else {
+    ops.push_back(make_linear("q_proj", M, H * m.head_dim, h, p));
+    ops.push_back(make_linear("kv_a_proj", M, R + P, h, p));
+  }
+  ops.push_back(make_elementwise("kv_a_norm", rmsnorm_cost(M, R, p.a, p.w)));
+  ops.push_back(make_elementwise("rope", rope_cost(M, H, 1, P, p.a)));
+  ops.push_back({"kv_append", "kv_append", Shape{{"tokens", M}, {"latent", R + P}}, latent_append_cost(M, R + P, p.a, p.c)});
+  const WeightFormat kvb = p.format_of("kv_b_proj");
+  if (step.phase == Phase::prefill) {
+    ops.push_back(make_linear("kv_b_proj", M, H * (a.qk_nope + a.v_head), R, p));
+    const PrefillAttentionShape att{B, H, H, S, m.head_dim};
+    LayerOp op{"attention", "prefill_attention", att.shape(), prefill_attention_cost(att, p.a, 0, a.v_head)};
+    op.shape.set("Dv", a.v_head);
+    op.variant = "MLA, expanded";
+    ops.push_back(op);
+  } else {
+    auto batched = [&](std::string name, std::uint64_t N, std::uint64_t K, std::uint64_t rows) {
+      // Each head's slice of kv_b_proj: `rows` x R as stored.
+      LayerOp op{std::move(name), "batched_linear", Shape{{"G", H}, {"M", M}, {"N", N}, {"K", K}},
+                 batched_linear_cost(H, {M, N, K}, mul(H, kvb.bytes(rows, R), "weight bytes"), p.a, p.a)};
+      op.compute = kvb.compute;
+      op.weights = kvb.name;
+      return op;
+    };
+    ops.push_back(batched("q_absorb", R, a.qk_nope, a.qk_nope));  // q_nope [nope] x W_UK -> [R] per head
+    const LatentAttentionShape att{B, H, step.context, R, P};
+    LayerOp op{"attention", "decode_attention", att.shape(), decode_latent_attention_cost(att, p.c, p.a)};
+    op.variant = "MLA, absorbed";
+    ops.push_back(op);
+    ops.push_back(batched("v_absorb", a.v_head, R, a.v_head));  // [R] x W_UV -> [v_head] per head
+  }
+  ops.push_back(make_linear("o_proj", M, h, H * a.v_head, p));
+}
+
+}  // namespace
 
 std::vector<LayerOp> step_ops(const ModelConfig& m, const StepShape& step, const Precision& p) {
   if (step.batch == 0 || step.new_tokens == 0) throw InputError("batch and new tokens per step must be positive");

@@ -15,8 +15,9 @@ namespace phasebench {
 namespace {
 
 const std::set<std::string>& supported_families() {
-  static const std::set<std::string> f{"llama",  "mistral",     "mixtral", "qwen2",  "qwen3", "qwen3_moe",
-                                       "gemma",  "gemma2",      "gemma3",  "gemma3_text", "phi3", "gpt_oss"};
+  static const std::set<std::string> f{"llama",  "mistral",     "mixtral",     "qwen2",       "qwen3",
+                                       "qwen3_moe", "deepseek_v2", "deepseek_v3", "gemma",    "gemma2",
+                                       "gemma3", "gemma3_text", "phi3",        "gpt_oss"};
   return f;
 }
 
@@ -118,13 +119,49 @@ void read_moe(ModelConfig& m, const nlohmann::json& j, const std::string& origin
       for (const auto& x : j.at("mlp_only_layers")) dense.insert(x.get<std::uint64_t>());
     m.moe_layers.assign(m.layers, false);
     for (std::uint64_t i = 0; i < m.layers; ++i) m.moe_layers[i] = !dense.count(i) && (i + 1) % step == 0;
+  } else if (f == "deepseek_v2" || f == "deepseek_v3") {
+    if (!has(j, "n_routed_experts")) return;  // a dense DeepSeek
+    m.experts = require_positive(j, "n_routed_experts", origin);
+    m.experts_per_token = require_positive(j, "num_experts_per_tok", origin);
+    m.expert_intermediate = require_positive(j, "moe_intermediate_size", origin);
+    // The shared experts run as one MLP n_shared_experts times as wide.
+    if (has(j, "n_shared_experts")) m.shared_intermediate = m.expert_intermediate * j.at("n_shared_experts").get<std::uint64_t>();
+    const auto first_dense = has(j, "first_k_dense_replace") ? j.at("first_k_dense_replace").get<std::uint64_t>() : 0;
+    const auto freq = optional_positive(j, "moe_layer_freq", 1, origin);
+    if (first_dense > m.layers)
+      throw InputError(origin + ": first_k_dense_replace " + std::to_string(first_dense) + " is more than the " +
+                       std::to_string(m.layers) + " layers");
+    m.moe_layers.assign(m.layers, false);
+    for (std::uint64_t i = first_dense; i < m.layers; ++i) m.moe_layers[i] = i % freq == 0;
+    // Group-limited routing: the experts split into n_group groups, topk_group of them searched.
+    const auto groups = optional_positive(j, "n_group", 1, origin), searched = optional_positive(j, "topk_group", 1, origin);
+    if (m.experts % groups != 0)
+      throw InputError(origin + ": n_group " + std::to_string(groups) + " does not divide n_routed_experts " +
+                       std::to_string(m.experts));
+    if (searched > groups)
+      throw InputError(origin + ": topk_group " + std::to_string(searched) + " is more than n_group " + std::to_string(groups));
+    // V3's noaux_tc routing keeps a per-expert score-correction bias in the checkpoint.
+    m.router_bias = m.router_bias_fp32 = has(j, "topk_method") && j.at("topk_method") == "noaux_tc";
   } else {
     return;
   }
   if (m.experts_per_token > m.experts)
     throw InputError(origin + ": " + std::to_string(m.experts_per_token) + " experts per token of " +
                      std::to_string(m.experts) + " experts");
-  m.router_bias = m.expert_bias = f == "gpt_oss";
+  if (f == "gpt_oss") m.router_bias = m.expert_bias = true;
+}
+
+// Multi-head latent attention (DeepSeek-V2/V3).
+void read_mla(ModelConfig& m, const nlohmann::json& j, const std::string& origin) {
+  auto& a = m.mla;
+  a.q_lora_rank = has(j, "q_lora_rank") ? require_positive(j, "q_lora_rank", origin) : 0;  // null: a plain q_proj
+  a.kv_lora_rank = require_positive(j, "kv_lora_rank", origin);
+  a.qk_nope = require_positive(j, "qk_nope_head_dim", origin);
+  a.qk_rope = require_positive(j, "qk_rope_head_dim", origin);
+  a.v_head = require_positive(j, "v_head_dim", origin);
+  m.head_dim = a.qk_nope + a.qk_rope;
+  m.kv_heads = m.heads;
+  m.mtp_layers = has(j, "num_nextn_predict_layers") ? j.at("num_nextn_predict_layers").get<std::uint64_t>() : 0;
 }
 
 // Our names of the linear layers a modules_to_not_convert entry (a name or a
@@ -203,6 +240,16 @@ std::vector<std::string> family_notes(const ModelConfig& m) {
                 "are skewed");
   if (!m.windows.empty()) n.push_back("sliding-window layers read at most their window of the KV cache, and keep only it");
   if (m.quantization) n.push_back("dequantization work inside the GEMMs: no FLOPs counted");
+  if (m.uses_mla())
+    n.push_back("MLA: decode attention in the absorbed form (queries moved into the latent space by W_UK, the "
+                "latent cache read once for all heads, W_UV after), prefill in the expanded form (kv_b_proj makes "
+                "per-head K and V, then causal attention with q/k dim " +
+                std::to_string(m.head_dim) + " and v dim " + std::to_string(m.mla.v_head) + ")");
+  if (f == "deepseek_v2" || f == "deepseek_v3")
+    n.push_back("group-limited routing (n_group, topk_group) costed as uniform top-k over all experts");
+  if (m.mtp_layers)
+    n.push_back("the multi-token-prediction module (num_nextn_predict_layers " + std::to_string(m.mtp_layers) +
+                ") is not counted, as the published total leaves it out; speculative decoding with it is not modelled");
   return n;
 }
 
@@ -231,7 +278,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
                      ") is not a multiple of num_key_value_heads (" + std::to_string(m.kv_heads) + ")");
   if (has(j, "head_dim")) {
     m.head_dim = require_positive(j, "head_dim", origin);
-  } else {
+  } else if (m.model_type.rfind("deepseek", 0) != 0) {  // MLA sets its own (read_mla)
     if (m.hidden % m.heads != 0)
       throw InputError(origin + ": no head_dim and hidden_size (" + std::to_string(m.hidden) +
                        ") is not divisible by num_attention_heads (" + std::to_string(m.heads) + "); add \"head_dim\"");
@@ -250,6 +297,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   m.qk_norm = f == "qwen3" || f == "qwen3_moe" || f == "gemma3" || f == "gemma3_text";
   m.attention_sinks = f == "gpt_oss";
   m.fused_qkv_checkpoint = m.fused_gate_up_checkpoint = (f == "phi3");
+  if (f == "deepseek_v2" || f == "deepseek_v3") read_mla(m, j, origin);
   read_windows(m, j, origin);
   if (!m.windows.empty() && m.max_position)
     for (auto w : m.windows)
@@ -258,6 +306,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
                          std::to_string(m.max_position));
   read_moe(m, j, origin);
   read_quantization(m, top, origin);
+  if (m.quantization) check_weight_format(m, *m.quantization, m.not_quantized, origin);
   m.notes = family_notes(m);
   return m;
 }

@@ -118,13 +118,39 @@ std::uint64_t causal_pairs(std::uint64_t S, std::uint64_t window) {
   return add(mul(window, window + 1, "attention pairs") / 2, mul(S - window, window, "attention pairs"));
 }
 
-OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a, std::uint64_t window) {
+OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a, std::uint64_t window,
+                              std::uint64_t v_dim) {
+  const auto Dv = v_dim ? v_dim : s.D;
   OpCost r;
-  // Causal: query i attends to i+1 keys (at most `window`); QK^T and PV each 2
-  // FLOPs per (query, key, d): 4 * B*Hq*D * pairs, = 2*B*Hq*D*S*(S+1) without a window.
-  r.flops = mul({4, s.B, s.Hq, s.D, causal_pairs(s.S, window)}, "prefill attention FLOPs");
-  r.bytes.activations = mul({a, s.B, s.S, s.D, s.Hq + 2 * s.Hkv}, "prefill attention input bytes");
-  r.bytes.writes = mul({a, s.B, s.S, s.D, s.Hq}, "prefill attention output bytes");
+  // Causal: query i attends to i+1 keys (at most `window`); QK^T is 2 FLOPs per
+  // (query, key, d) over D and PV over Dv: 2*B*Hq*(D + Dv) * pairs, which is
+  // 2*B*Hq*D*S*(S+1) when Dv = D and there is no window.
+  r.flops = mul({2, s.B, s.Hq, s.D + Dv, causal_pairs(s.S, window)}, "prefill attention FLOPs");
+  r.bytes.activations = mul({a, s.B, s.S, add(mul(s.D, s.Hq + s.Hkv), mul(Dv, s.Hkv))}, "prefill attention input bytes");
+  r.bytes.writes = mul({a, s.B, s.S, Dv, s.Hq}, "prefill attention output bytes");
+  return r;
+}
+
+OpCost decode_latent_attention_cost(const LatentAttentionShape& s, std::uint64_t c, std::uint64_t a) {
+  OpCost r;
+  r.flops = mul({2, s.B, s.H, s.L, add(mul(2, s.R), s.P)}, "latent attention FLOPs");
+  r.bytes.kv_cache = mul({c, s.B, s.L, s.R + s.P}, "latent cache bytes");
+  r.bytes.activations = mul({a, s.B, s.H, s.R + s.P}, "latent query bytes");
+  r.bytes.writes = mul({a, s.B, s.H, s.R}, "latent attention output bytes");
+  return r;
+}
+
+OpCost latent_append_cost(std::uint64_t tokens, std::uint64_t width, std::uint64_t a, std::uint64_t c) {
+  OpCost r;
+  r.bytes.activations = mul({a, tokens, width}, "latent append read bytes");
+  r.bytes.writes = mul({c, tokens, width}, "latent append write bytes");
+  return r;
+}
+
+OpCost batched_linear_cost(std::uint64_t groups, const LinearShape& s, std::uint64_t weight_bytes, std::uint64_t a_in,
+                           std::uint64_t a_out) {
+  OpCost r = linear_cost(s, 0, a_in, a_out).scaled(groups);
+  r.bytes.weights = weight_bytes;
   return r;
 }
 

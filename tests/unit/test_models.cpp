@@ -104,6 +104,52 @@ TEST(Models, SlidingWindowsCapTheKvCacheAndAttention) {
   EXPECT_EQ(flops_prefill, 4ull * 16 * 256 * (21 * causal_pairs(8192, 4096) + 21 * causal_pairs(8192, 0)));
 }
 
+TEST(Models, DeepSeekLatentAttention) {
+  // Published: V2-Lite 15.7B total, 2.4B active; V3 671B, 37B (both active
+  // counts without the input embedding; V3's MTP layer is not in the 671B).
+  const auto v2 = load_model("deepseek-v2-lite");
+  EXPECT_EQ(parameter_count(v2), 15706484224ull);
+  EXPECT_EQ(active_parameter_count(v2) - v2.vocab * v2.hidden, 2451435008ull);
+  EXPECT_EQ(v2.moe_layers[0], false);  // first_k_dense_replace 1
+  EXPECT_EQ(std::count(v2.moe_layers.begin(), v2.moe_layers.end(), true), 26);
+  EXPECT_EQ(v2.shared_intermediate, 2816u);  // 2 shared experts of 1408 as one MLP
+  const auto v3 = load_model("deepseek-v3");
+  EXPECT_EQ(parameter_count(v3), 671026419200ull);
+  EXPECT_EQ(active_parameter_count(v3) - v3.vocab * v3.hidden, 36625618432ull);
+  EXPECT_EQ(v3.mtp_layers, 1u);
+  // fp8 e4m3 in 128x128 blocks with an fp32 scale each, the rest bf16, the
+  // correction bias fp32: the main model's tensors summed from the checkpoint's layout.
+  ASSERT_TRUE(v3.quantization.has_value());
+  Precision p8 = Precision::from(DType::bf16, DType::bf16);
+  p8.linear = *v3.quantization;
+  p8.plain_modules = v3.not_quantized;
+  EXPECT_EQ(weight_bytes(v3, p8), 673150611808ull);
+  // The latent cache: (512 + 64) elements per token and layer, not 2 * 16 heads * 192.
+  EXPECT_EQ(kv_cache_bytes(v2, 8192, 1, 2), 27ull * 576 * 8192 * 2);
+  EXPECT_EQ(kv_bytes_per_token(v3, 2), 61u * 576 * 2);
+  // Decode, absorbed: the latent cache read once for all heads; W_UK and W_UV
+  // together are kv_b_proj.
+  const auto p = Precision::from(DType::bf16, DType::bf16);
+  std::uint64_t kv = 0, attn_flops = 0, absorbed = 0;
+  for (const auto& op : step_ops(v2, {Phase::decode, 2, 1, 4096}, p)) {
+    kv += op.cost.bytes.kv_cache * op.count;
+    if (op.name == "attention") {
+      EXPECT_EQ(op.variant, "MLA, absorbed");
+      attn_flops = op.cost.flops;
+    }
+    if (op.kind == "batched_linear") absorbed += op.cost.bytes.weights;
+  }
+  EXPECT_EQ(kv, kv_cache_bytes(v2, 4096, 2, 2));
+  EXPECT_EQ(attn_flops, 2ull * 2 * 16 * 4096 * (2 * 512 + 64));
+  EXPECT_EQ(absorbed, 2ull * 16 * (128 + 128) * 512);
+  // Prefill, expanded: MHA with q/k dim 192 and v dim 128 over the causal pairs.
+  for (const auto& op : step_ops(v2, {Phase::prefill, 1, 1024, 0}, p))
+    if (op.name == "attention") {
+      EXPECT_EQ(op.variant, "MLA, expanded");
+      EXPECT_EQ(op.cost.flops, 2ull * 16 * (192 + 128) * (1024ull * 1025 / 2));
+    }
+}
+
 TEST(Models, TiedEmbeddingsDefaultAsTransformersHasThem) {
   // Without the key: llama, mistral, qwen2/3, phi3 untie (transformers' default
   // False); the Gemma families tie.
@@ -268,6 +314,28 @@ TEST(Models, BadConfigsAreClearErrors) {
   wide.insert(wide.size() - 1, R"(, "sliding_window": 9000, "max_position_embeddings": 4096)");
   EXPECT_NE(error_of(wide).find("sliding_window 9000 is larger than max_position_embeddings 4096"), std::string::npos)
       << error_of(wide);
+  const std::string ds = R"({"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 100, "q_lora_rank": 32, "kv_lora_rank": 16,
+    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 8, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2})";
+  EXPECT_EQ(error_of(ds), "");
+  auto ds_with = [&](const std::string& from, const std::string& to) {
+    std::string t = ds;
+    t.replace(t.find(from), from.size(), to);
+    return error_of(t);
+  };
+  EXPECT_NE(ds_with("\"n_group\": 4", "\"n_group\": 3").find("n_group 3 does not divide n_routed_experts 8"), std::string::npos);
+  EXPECT_NE(ds_with("\"topk_group\": 2", "\"topk_group\": 5").find("topk_group 5 is more than n_group 4"), std::string::npos);
+  EXPECT_NE(ds_with("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 9").find("9 experts per token of 8"),
+            std::string::npos);
+  EXPECT_NE(ds_with("\"first_k_dense_replace\": 1", "\"first_k_dense_replace\": 5").find("first_k_dense_replace 5"),
+            std::string::npos);
+  EXPECT_NE(ds_with("\"kv_lora_rank\": 16", "\"kv_lora_rank\": 0").find("kv_lora_rank"), std::string::npos);
+  // A quantization group that does not divide a layer's inputs (hidden 64, groups of 48).
+  std::string group = kGood;
+  group.insert(group.size() - 1, R"(, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 48})");
+  EXPECT_NE(error_of(group).find("group size 48 does not divide the 64 inputs of qkv_proj"), std::string::npos)
+      << error_of(group);
   std::string quant = kGood;
   quant.insert(quant.size() - 1, R"(, "quantization_config": {"quant_method": "bitsandbytes"})");
   EXPECT_NE(error_of(quant).find("quant_method 'bitsandbytes' is not supported"), std::string::npos) << error_of(quant);

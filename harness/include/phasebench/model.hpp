@@ -24,7 +24,7 @@ struct LayerKind {
 struct ModelConfig {
   std::string name;        // short name, or the file's stem for a path
   std::string source;      // the file it was read from
-  std::string model_type;  // llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3, phi3, gpt_oss
+  std::string model_type;  // llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v2/v3, gemma, gemma2, gemma3, phi3, gpt_oss
   std::uint64_t hidden = 0;        // h
   std::uint64_t intermediate = 0;  // I (of the dense MLP; of each expert when every layer is MoE)
   std::uint64_t layers = 0;
@@ -49,7 +49,18 @@ struct ModelConfig {
   // beside a shared expert of width shared_intermediate (0: none).
   std::uint64_t experts = 0, experts_per_token = 0, expert_intermediate = 0, shared_intermediate = 0;
   std::vector<bool> moe_layers;  // per layer (empty: none)
+  // Multi-head latent attention (deepseek_v2/v3; kv_lora_rank 0: none). Queries
+  // through a q_lora_rank bottleneck (0: a plain q_proj), K and V from a cached
+  // latent of kv_lora_rank plus a shared rope key of qk_rope; head_dim is then
+  // the q/k width qk_nope + qk_rope and kv_heads = heads (the expanded form).
+  struct Mla {
+    std::uint64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope = 0, qk_rope = 0, v_head = 0;
+    std::uint64_t latent() const { return kv_lora_rank + qk_rope; }  // cached elements per token and layer
+  } mla;
+  bool uses_mla() const { return mla.kv_lora_rank != 0; }
+  std::uint64_t mtp_layers = 0;  // DeepSeek-V3's multi-token-prediction layers: not part of the model counted
   bool router_bias = false, expert_bias = false;
+  bool router_bias_fp32 = false;  // DeepSeek-V3 stores its e_score_correction_bias in fp32
   // Weights as the checkpoint's quantization_config stores them (none: plain),
   // and the linear layers it leaves plain (our names: lm_head, router, qkv_proj, ...).
   std::optional<WeightFormat> quantization;
@@ -90,6 +101,10 @@ std::uint64_t weight_bytes(const ModelConfig& m, const Precision& p);
 std::uint64_t kv_cache_bytes(const ModelConfig& m, std::uint64_t context, std::uint64_t batch, std::uint64_t c);
 // Per token of context while no window is full (all layers).
 std::uint64_t kv_bytes_per_token(const ModelConfig& m, std::uint64_t c);
+// InputError (naming `origin`) when a quantized format's group size does not
+// divide the inputs K of a linear layer it applies to (those not in `plain`).
+void check_weight_format(const ModelConfig& m, const WeightFormat& f, const std::vector<std::string>& plain,
+                         const std::string& origin);
 
 enum class Phase { prefill, decode };
 std::string_view to_string(Phase p);

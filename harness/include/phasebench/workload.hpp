@@ -81,10 +81,33 @@ struct PrefillAttentionShape {
 };
 // `window` > 0: sliding-window attention, each query sees at most `window` keys
 // (itself and the window - 1 before it).
-OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a, std::uint64_t window = 0);
+// `v_dim` > 0: values of another width than queries and keys (DeepSeek's expanded
+// MLA prefill: q/k dim D = nope + rope, v dim v_head_dim).
+OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a, std::uint64_t window = 0,
+                              std::uint64_t v_dim = 0);
 // Query-key pairs of causal attention over S tokens with a window (0: none):
 // S(S+1)/2 without, W(W+1)/2 + (S-W)W when S > W.
 std::uint64_t causal_pairs(std::uint64_t S, std::uint64_t window);
+
+// Multi-head latent attention (DeepSeek-V2/V3): the cache keeps one latent per
+// token and layer, R = kv_lora_rank compressed K/V plus P = qk_rope_head_dim of
+// rope key shared by all heads. Decode runs in the absorbed form (FlashMLA, vLLM
+// and SGLang decode): each of the H queries is moved into the latent space first
+// (its nope part times W_UK), so every head attends over the same latents of
+// width R + P and takes values from their first R: 2*B*H*L*(R+P) FLOPs for the
+// scores and 2*B*H*L*R for the values; the cache is read once for all heads.
+struct LatentAttentionShape {
+  std::uint64_t B = 0, H = 0, L = 0, R = 0, P = 0;
+  Shape shape() const { return {{"B", B}, {"H", H}, {"L", L}, {"R", R}, {"P", P}}; }
+};
+OpCost decode_latent_attention_cost(const LatentAttentionShape& s, std::uint64_t c, std::uint64_t a);
+// Writing `tokens` new latents of `width` (R + P) elements into the cache.
+OpCost latent_append_cost(std::uint64_t tokens, std::uint64_t width, std::uint64_t a, std::uint64_t c);
+// `groups` independent M x N x K products, each with its own N x K weight (the
+// per-head W_UK and W_UV of absorbed MLA): 2*G*M*N*K FLOPs, the weights
+// (`weight_bytes` for all groups) read once.
+OpCost batched_linear_cost(std::uint64_t groups, const LinearShape& s, std::uint64_t weight_bytes, std::uint64_t a_in,
+                           std::uint64_t a_out);
 
 // Writing S new tokens' K and V per sequence into the cache.
 struct KvAppendShape {
