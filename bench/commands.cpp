@@ -42,7 +42,11 @@ int input_error(const std::string& msg) {
 
 // CLI11's answer to a parse error (or --help): its message, and status 2 for
 // every usage error (CLI11's own codes are 100 and up), 0 for --help.
-int parse_failed(CLI::App& app, const CLI::ParseError& e) { return app.exit(e) == 0 ? 0 : 2; }
+// --help prints the help (status 0); any other parse error is one "error:" line and status 2.
+int parse_failed(CLI::App& app, const CLI::ParseError& e) {
+  if (e.get_exit_code() == 0) return app.exit(e);
+  return input_error(std::string(e.what()) + " (see " + app.get_name() + " --help)");
+}
 
 // Parse a subcommand's options, then run its body; usage errors and bad input
 // end with one "error:" line and status 2.
@@ -375,16 +379,19 @@ int cmd_model(int argc, char** argv) {
     positive(batch, "--batch");
     positive(prompt, "--prompt");
     if (context < 0 || app.count("--context")) positive(context, "--context");
+    if (!config.empty() && !std::filesystem::exists(config))
+      throw InputError("--config '" + config + "': no such file; give the path of a Hugging Face config.json");
     if (simple) {
-      std::uint64_t h = hidden > 0 ? positive(hidden, "--hidden") : 0, n = layers > 0 ? positive(layers, "--layers") : 0;
-      if (hidden < 0) positive(hidden, "--hidden");
-      if (layers < 0) positive(layers, "--layers");
+      // Given: must be positive; not given: the model's.
+      const std::uint64_t h = app.count("--hidden") ? positive(hidden, "--hidden") : 0;
+      const std::uint64_t n = app.count("--layers") ? positive(layers, "--layers") : 0;
+      std::uint64_t H = h, N = n;
       if (h == 0 || n == 0) {
         const auto m = load_model(config.empty() ? model : config);
-        if (h == 0) h = m.hidden;
-        if (n == 0) n = m.layers;
+        if (h == 0) H = m.hidden;
+        if (n == 0) N = m.layers;
       }
-      const auto s = simple_estimate(h, n, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(prompt), t);
+      const auto s = simple_estimate(H, N, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(prompt), t);
       if (json) {
         auto j = to_json(s);
         // The GPU's datasheet ridge for the dtype: what compute- and memory-bound are measured against.
@@ -422,16 +429,20 @@ int cmd_model(int argc, char** argv) {
 int cmd_models(int argc, char** argv) {
   CLI::App app{"List the shipped model configs.", "phasebench models"};
   return run_command(app, argc, argv, [&]() -> int {
-    std::cout << fmt::format("{:<16} {:<34} {:>14} {:>11} {:>14} {:>10}\n", "name", "hugging face repo", "parameters",
+    std::cout << fmt::format("{:<16} {:<34} {:>14} {:>11} {:>15} {:>10}\n", "name", "hugging face repo", "parameters",
                              "published", "active", "published");
     for (const auto& s : shipped_models()) {
       const auto m = load_model(s.name);
       const auto active = active_parameter_count(m) - (s.active_without_input_embedding ? m.vocab * m.hidden : 0);
-      std::cout << fmt::format("{:<16} {:<34} {:>14} {:>11} {:>14} {:>10}\n", s.name, s.hf_repo, parameter_count(m),
+      std::cout << fmt::format("{:<16} {:<34} {:>14} {:>11} {:>15} {:>10}\n", s.name, s.hf_repo, parameter_count(m),
                                s.published_params ? std::to_string(s.published_params) : s.published,
-                               m.experts ? std::to_string(active) : std::string("-"),
+                               m.experts ? std::to_string(active) + (s.active_without_input_embedding ? "*" : " ")
+                                         : std::string("- "),
                                m.experts ? s.published_active : std::string("-"));
     }
+    std::cout << "active: parameters one token uses, counted as the vendor counts them (*: without the input "
+                 "embedding); parameters: everything the model holds (the text model; DeepSeek-V3 without its MTP "
+                 "layer)\n";
     return 0;
   });
 }
@@ -580,8 +591,8 @@ int phasebench_main(int argc, char** argv) {
   } catch (const InputError& e) {
     return input_error(e.what());
   }
-  std::cerr << "phasebench: unknown command '" << cmd << "'\n" << usage;
-  return 2;
+  return input_error("unknown command " + quote_value(cmd) +
+                     "; the commands are run, model, models, gpus, summary, overhead (phasebench --help)");
 }
 
 }  // namespace phasebench

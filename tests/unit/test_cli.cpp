@@ -42,13 +42,17 @@ TEST(Cli, ModelBadInputs) {
            {"model --context 200000", "beyond the model's max_position_embeddings (131072)"},
            {"model --weight-dtype int3", "unknown weight format 'int3'"},
            {"model --generate -5", "--generate must be a positive integer"},
-           {"model --config /nonexistent/config.json", "unknown model"},
+           {"model --config /nonexistent/config.json", "--config '/nonexistent/config.json': no such file"},
+           {"model --simple --hidden 0", "--hidden must be a positive integer, got 0"},
+           {"model --hidden abc", "Could not convert: --hidden = abc"},
+           {"model --model gpt-oss-20b --weight-dtype int4", "group size 128 does not divide the 2880 inputs of qkv_proj"},
            {"frobnicate", "unknown command"},
        }) {
     const auto r = run(c.args);
     EXPECT_NE(r.status, 0) << c.args;
     EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
-    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n') <= 12, true) << "one clear message, not a dump: " << r.out;
+    EXPECT_EQ(r.status, 2) << c.args;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one clear line: " << r.out;
   }
 }
 

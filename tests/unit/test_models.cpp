@@ -150,6 +150,16 @@ TEST(Models, DeepSeekLatentAttention) {
     }
 }
 
+TEST(Models, Llama70bKvCacheAsTheFormulaGivesIt) {
+  // A widely read post says "Llama 3 70B, batch 16, 8k context: 22.5 GB of KV";
+  // its own formula 2 * layers * Hkv * D * context * batch * bytes gives 42.95 GB
+  // at 2-byte KV (80 layers, 8 KV heads of 128) and 21.47 GB at fp8.
+  const auto m = load_model("llama-3.1-70b");
+  EXPECT_EQ(kv_cache_bytes(m, 8192, 16, 2), 2ull * 80 * 8 * 128 * 8192 * 16 * 2);
+  EXPECT_EQ(kv_cache_bytes(m, 8192, 16, 2), 42949672960ull);
+  EXPECT_EQ(kv_cache_bytes(m, 8192, 16, 1), 21474836480ull);
+}
+
 TEST(Models, TiedEmbeddingsDefaultAsTransformersHasThem) {
   // Without the key: llama, mistral, qwen2/3, phi3 untie (transformers' default
   // False); the Gemma families tie.
