@@ -350,7 +350,7 @@ int cmd_run(int argc, char** argv) {
 
 int cmd_model(int argc, char** argv) {
   CLI::App app{"Analytical model: FLOPs, bytes, roofline times, TTFT and per-token latency from a config.", "phasebench model"};
-  std::string model = "llama-3.1-8b", config, dtype = "bf16", kv_dtype, gpu = "h100-sxm", weight_dtype;
+  std::string model = "llama-3.1-8b", config, dtype = "bf16", kv_dtype, gpu = "h100-sxm", weight_dtype, routing = "uniform";
   std::int64_t batch = 1, prompt = 1024, context = 0, hidden = 0, layers = 0, generate = 0;
   bool json = false, simple = false, allow_long = false;
   app.add_option("--model", model, "shipped model short name (see `phasebench models`)");
@@ -366,6 +366,9 @@ int cmd_model(int argc, char** argv) {
   app.add_option("--generate", generate,
                  "also estimate a whole request: the prompt, then this many generated tokens (TTFT, time per token, "
                  "tokens/s)");
+  app.add_option("--routing", routing,
+                 "how tokens pick experts (MoE): uniform, or zipf:S for expert popularity proportional to 1/rank^S; "
+                 "sets how many distinct experts a decode step reads");
   app.add_flag("--allow-long-context", allow_long, "estimate beyond max_position_embeddings (with a warning)");
   app.add_option("--gpu", gpu, "GPU from the spec table (see `phasebench gpus`)");
   app.add_flag("--json", json, "print JSON (fields documented in docs/model-json.md)");
@@ -406,7 +409,8 @@ int cmd_model(int argc, char** argv) {
       }
       return 0;
     }
-    const auto m = load_model(config.empty() ? model : config);
+    auto m = load_model(config.empty() ? model : config);
+    m.routing_zipf = parse_routing(routing);
     EstimateInputs in;
     in.batch = static_cast<std::uint64_t>(batch);
     in.prompt = static_cast<std::uint64_t>(prompt);

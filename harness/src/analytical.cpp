@@ -284,6 +284,7 @@ nlohmann::json to_json(const Estimate& e) {
         {"kv_dtype", to_string(e.in.kv_dtype)},
         {"linear_weights", e.precision.linear.name},
         {"generate", e.in.generate},
+        {"routing", m.routing_zipf == 0 ? std::string("uniform") : fmt::format("zipf:{:g}", m.routing_zipf)},
         {"ceiling_source", to_string(e.in.ceiling)}}},
       {"element_bytes", {{"weights", e.precision.w}, {"activations", e.precision.a}, {"kv_cache", e.precision.c}}},
       {"weight_bytes", e.weight_bytes},
@@ -339,8 +340,10 @@ std::string to_text(const Estimate& e) {
                      m.model_type, m.hidden, m.intermediate, m.layers, m.heads, m.kv_heads, m.head_dim, m.vocab);
   for (const auto& w : e.warnings) out += "WARNING: " + w + "\n";
   if (m.experts)
-    out += fmt::format("  mixture of experts: {} experts of width {}, {} per token{}\n", m.experts, m.expert_intermediate,
-                       m.experts_per_token, m.shared_intermediate ? fmt::format(", a shared expert of width {}", m.shared_intermediate) : "");
+    out += fmt::format("  mixture of experts: {} experts of width {}, {} per token{}; routing {}\n", m.experts,
+                       m.expert_intermediate, m.experts_per_token,
+                       m.shared_intermediate ? fmt::format(", a shared expert of width {}", m.shared_intermediate) : "",
+                       m.routing_zipf == 0 ? std::string("uniform") : fmt::format("zipf:{:g}", m.routing_zipf));
   for (const auto& [kind, count] : layer_groups(m))
     if (layer_groups(m).size() > 1 || kind.window)
       out += fmt::format("  {} layer(s): {} attention, {} MLP\n", count,

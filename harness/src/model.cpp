@@ -225,10 +225,53 @@ void check_weight_format(const ModelConfig& m, const WeightFormat& f, const std:
   check("lm_head", m.hidden);
 }
 
-double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uint64_t tokens) {
+double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uint64_t tokens, double zipf) {
   if (experts == 0) return 0;
-  const double E = static_cast<double>(experts), miss = 1.0 - static_cast<double>(k) / E;
-  return E * (1.0 - std::pow(miss, static_cast<double>(tokens)));
+  const double E = static_cast<double>(experts), T = static_cast<double>(tokens), K = static_cast<double>(k);
+  if (zipf == 0) return E * (1.0 - std::pow(1.0 - K / E, T));
+  // Inclusion chances proportional to the popularity, water-filled under 1.
+  std::vector<double> pop(experts), pi(experts, 0.0);
+  for (std::uint64_t i = 0; i < experts; ++i) pop[i] = std::pow(static_cast<double>(i + 1), -zipf);
+  std::vector<bool> full(experts, false);
+  double left = K;
+  for (std::uint64_t round = 0; round < experts && left > 1e-12; ++round) {
+    double mass = 0;
+    for (std::uint64_t i = 0; i < experts; ++i)
+      if (!full[i]) mass += pop[i];
+    bool capped = false;
+    for (std::uint64_t i = 0; i < experts; ++i)
+      if (!full[i] && left * pop[i] / mass >= 1.0) {
+        full[i] = true;
+        pi[i] = 1.0;
+        capped = true;
+      }
+    if (capped) {
+      left = K;
+      for (std::uint64_t i = 0; i < experts; ++i)
+        if (full[i]) left -= 1.0;
+      continue;
+    }
+    for (std::uint64_t i = 0; i < experts; ++i)
+      if (!full[i]) pi[i] = left * pop[i] / mass;
+    break;
+  }
+  double touched = 0;
+  for (double p : pi) touched += 1.0 - std::pow(1.0 - p, T);
+  return touched;
+}
+
+double parse_routing(const std::string& text) {
+  if (text == "uniform") return 0;
+  if (text.rfind("zipf:", 0) == 0) {
+    try {
+      std::size_t used = 0;
+      const double s = std::stod(text.substr(5), &used);
+      if (used == text.size() - 5 && s >= 0 && s <= 10) return s;
+    } catch (const std::exception&) {
+    }
+  }
+  throw InputError("--routing " + quote_value(text) +
+                   ": use uniform, or zipf:S for expert popularity proportional to 1/rank^S (S from 0 to 10, e.g. zipf:1)");
 }
 
 std::string_view to_string(Phase p) { return p == Phase::prefill ? "prefill" : "decode"; }
@@ -250,7 +293,7 @@ LayerOp make_elementwise(std::string name, OpCost cost) { return {std::move(name
 LayerOp make_grouped(std::string name, const ModelConfig& m, std::uint64_t tokens, std::uint64_t N, std::uint64_t K,
                      const Precision& p) {
   const WeightFormat f = p.format_of(name);
-  const double touched = expected_experts_touched(m.experts, m.experts_per_token, tokens);
+  const double touched = expected_experts_touched(m.experts, m.experts_per_token, tokens, m.routing_zipf);
   LayerOp op{std::move(name), "grouped_linear",
              Shape{{"tokens", tokens}, {"k", m.experts_per_token}, {"E", m.experts}, {"N", N}, {"K", K}},
              grouped_linear_cost(tokens, m.experts_per_token, N, K, touched, f, p.a, p.a)};

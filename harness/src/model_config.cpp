@@ -235,9 +235,9 @@ std::vector<std::string> family_notes(const ModelConfig& m) {
   if (m.qk_norm) n.push_back("q/k RMSNorm over head_dim: bytes counted, no FLOPs");
   if (m.attention_sinks) n.push_back("attention sinks: one extra logit per head, no FLOPs counted");
   if (m.experts)
-    n.push_back("routing: every token to its top-" + std::to_string(m.experts_per_token) +
-                " experts drawn uniformly (the expected number of distinct experts a step touches); real routers "
-                "are skewed");
+    n.push_back("routing: the expected number of distinct experts a step touches, with every token's top-" +
+                std::to_string(m.experts_per_token) +
+                " drawn by a fixed popularity (--routing: uniform, or zipf:S); real routers vary by layer and prompt");
   if (!m.windows.empty()) n.push_back("sliding-window layers read at most their window of the KV cache, and keep only it");
   if (m.quantization) n.push_back("dequantization work inside the GEMMs: no FLOPs counted");
   if (m.uses_mla())
@@ -246,7 +246,7 @@ std::vector<std::string> family_notes(const ModelConfig& m) {
                 "per-head K and V, then causal attention with q/k dim " +
                 std::to_string(m.head_dim) + " and v dim " + std::to_string(m.mla.v_head) + ")");
   if (f == "deepseek_v2" || f == "deepseek_v3")
-    n.push_back("group-limited routing (n_group, topk_group) costed as uniform top-k over all experts");
+    n.push_back("group-limited routing (n_group, topk_group) costed as top-k over all experts");
   if (m.mtp_layers)
     n.push_back("the multi-token-prediction module (num_nextn_predict_layers " + std::to_string(m.mtp_layers) +
                 ") is not counted, as the published total leaves it out; speculative decoding with it is not modelled");

@@ -46,6 +46,7 @@ TEST(Cli, ModelBadInputs) {
            {"model --simple --hidden 0", "--hidden must be a positive integer, got 0"},
            {"model --hidden abc", "Could not convert: --hidden = abc"},
            {"model --model gpt-oss-20b --weight-dtype int4", "group size 128 does not divide the 2880 inputs of qkv_proj"},
+           {"model --model mixtral-8x7b --routing zipf:x", "--routing 'zipf:x': use uniform, or zipf:S"},
            {"frobnicate", "unknown command"},
        }) {
     const auto r = run(c.args);

@@ -215,6 +215,37 @@ TEST(Models, MixtureOfExpertsTouchesTheExpectedExperts) {
   EXPECT_EQ(f, 32ull * 2 * 100 * 2 * 3 * 4096 * 14336);
 }
 
+TEST(Models, SkewedRoutingTouchesFewerExperts) {
+  // One token always picks exactly k, however skewed (the chances sum to k).
+  for (double s : {0.0, 0.5, 1.0, 3.0}) EXPECT_NEAR(expected_experts_touched(128, 8, 1, s), 8.0, 1e-9) << s;
+  // Many tokens: uniform reads nearly all; a skew leaves the unpopular experts
+  // out, and a steep one reads little beyond the k favourites (16 tokens: about
+  // 10.4 of 128, the next-ranked ones still picked now and then).
+  const double uniform = expected_experts_touched(128, 8, 64), zipf1 = expected_experts_touched(128, 8, 64, 1.0);
+  EXPECT_NEAR(uniform, 128 * (1 - std::pow(1 - 8.0 / 128, 64)), 1e-9);
+  EXPECT_LT(zipf1, uniform - 10);
+  EXPECT_GT(zipf1, 8.0);
+  EXPECT_LT(expected_experts_touched(128, 8, 16, 10.0), 11.0);
+  // Two experts of which one gets the cap: the other gets the rest (pi = 1, 1).
+  EXPECT_NEAR(expected_experts_touched(2, 2, 5, 2.0), 2.0, 1e-12);
+  EXPECT_EQ(parse_routing("uniform"), 0.0);
+  EXPECT_EQ(parse_routing("zipf:1.5"), 1.5);
+  for (const char* bad : {"zipf", "zipf:", "zipf:-1", "zipf:1x", "skewed", "zipf:99"})
+    EXPECT_THROW(parse_routing(bad), InputError) << bad;
+  // The decode step reads fewer expert bytes under a skew.
+  auto q = load_model("qwen3-30b-a3b");
+  const auto p = Precision::from(DType::bf16, DType::bf16);
+  auto expert_bytes = [&] {
+    std::uint64_t b = 0;
+    for (const auto& op : step_ops(q, {Phase::decode, 16, 1, 1024}, p))
+      if (op.kind == "grouped_linear") b += op.cost.bytes.weights * op.count;
+    return b;
+  };
+  const auto even = expert_bytes();
+  q.routing_zipf = 1.0;
+  EXPECT_LT(expert_bytes(), even * 3 / 4);
+}
+
 TEST(Models, ExactCountsOfTheLlamas) {
   EXPECT_EQ(parameter_count(load_model("llama-3.1-8b")), 8030261248ull);
   EXPECT_EQ(parameter_count(load_model("llama-3.1-70b")), 70553706496ull);

@@ -61,6 +61,9 @@ struct ModelConfig {
   std::uint64_t mtp_layers = 0;  // DeepSeek-V3's multi-token-prediction layers: not part of the model counted
   bool router_bias = false, expert_bias = false;
   bool router_bias_fp32 = false;  // DeepSeek-V3 stores its e_score_correction_bias in fp32
+  // How tokens pick experts (not from the config: `phasebench model --routing`):
+  // expert popularity proportional to 1/rank^routing_zipf (0: uniform).
+  double routing_zipf = 0;
   // Weights as the checkpoint's quantization_config stores them (none: plain),
   // and the linear layers it leaves plain (our names: lm_head, router, qkv_proj, ...).
   std::optional<WeightFormat> quantization;
@@ -154,7 +157,12 @@ struct LayerWeight {
 std::vector<LayerWeight> layer_weights(const ModelConfig& m, const LayerKind& kind = {});
 
 // Expected number of distinct experts that `tokens` tokens touch when each picks
-// `k` of `experts` uniformly: E * (1 - (1 - k/E)^T).
-double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uint64_t tokens);
+// `k` of `experts`: sum over experts of 1 - (1 - pi_i)^T, where pi_i is the chance
+// a token picks expert i. Uniform routing (zipf 0): pi_i = k/E, which gives
+// E * (1 - (1 - k/E)^T). Skewed (zipf s > 0): pi_i proportional to 1/i^s, capped
+// at 1 with the excess spread over the others so that the pi_i sum to k.
+double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uint64_t tokens, double zipf = 0);
+// --routing: "uniform" (0) or "zipf:S" with S >= 0; InputError otherwise.
+double parse_routing(const std::string& text);
 
 }  // namespace phasebench
