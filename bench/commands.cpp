@@ -351,7 +351,7 @@ int cmd_run(int argc, char** argv) {
 int cmd_model(int argc, char** argv) {
   CLI::App app{"Analytical model: FLOPs, bytes, roofline times, TTFT and per-token latency from a config.", "phasebench model"};
   std::string model = "llama-3.1-8b", config, dtype = "bf16", kv_dtype, gpu = "h100-sxm", weight_dtype, routing = "uniform";
-  std::int64_t batch = 1, prompt = 1024, context = 0, hidden = 0, layers = 0, generate = 0;
+  std::int64_t batch = 1, prompt = 1024, context = 0, hidden = 0, layers = 0, generate = 0, tp = 1;
   bool json = false, simple = false, allow_long = false;
   app.add_option("--model", model, "shipped model short name (see `phasebench models`)");
   app.add_option("--config", config, "path to a Hugging Face config.json (overrides --model)");
@@ -369,6 +369,9 @@ int cmd_model(int argc, char** argv) {
   app.add_option("--routing", routing,
                  "how tokens pick experts (MoE): uniform, or zipf:S for expert popularity proportional to 1/rank^S; "
                  "sets how many distinct experts a decode step reads");
+  app.add_option("--tp", tp,
+                 "tensor-parallel GPUs: each op per GPU (heads, MLP and experts split as Megatron-LM/vLLM do), plus "
+                 "the all-reduces timed on the GPU's interconnect from the spec table");
   app.add_flag("--allow-long-context", allow_long, "estimate beyond max_position_embeddings (with a warning)");
   app.add_option("--gpu", gpu, "GPU from the spec table (see `phasebench gpus`)");
   app.add_flag("--json", json, "print JSON (fields documented in docs/model-json.md)");
@@ -421,6 +424,7 @@ int cmd_model(int argc, char** argv) {
     if (generate < 0 || app.count("--generate")) positive(generate, "--generate");
     in.generate = static_cast<std::uint64_t>(std::max<std::int64_t>(generate, 0));
     in.allow_long_context = allow_long;
+    in.tp = positive(tp, "--tp");
     const auto e = estimate(m, spec, in);
     if (json)
       std::cout << to_json(e).dump(2) << "\n";

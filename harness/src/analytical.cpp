@@ -21,7 +21,7 @@ DType compute_dtype_for(const LayerOp& op, DType dtype) {
 namespace {
 
 PhaseEstimate estimate_phase(const ModelConfig& m, const Ceilings& ceil, const StepShape& step, const EstimateInputs& in,
-                             const Precision& p, const std::string& gpu_name) {
+                             const Precision& p, const std::string& gpu_name, double link_gbps) {
   PhaseEstimate pe;
   pe.phase = step.phase;
   pe.step = step;
@@ -32,6 +32,19 @@ PhaseEstimate estimate_phase(const ModelConfig& m, const Ceilings& ceil, const S
     oe.op = op;
     oe.compute_dtype = compute_dtype_for(op, in.dtype);
     oe.bandwidth = bw->value;
+    if (op.link_bytes > 0) {
+      // A ring collective: each GPU sends link_bytes while it receives as many,
+      // so one direction of the link (half the datasheet's bidirectional figure) sets the time.
+      if (!(link_gbps > 0))
+        throw InputError("GPU '" + gpu_name + "' has no interconnect bandwidth in the spec table; --tp needs it");
+      oe.bandwidth = link_gbps * 1e9 / 2;
+      oe.time_s = static_cast<double>(op.link_bytes) / oe.bandwidth;
+      oe.bound = Bound::link;
+      pe.total += op.cost.scaled(op.count);
+      pe.time_s += oe.time_s * static_cast<double>(op.count);
+      pe.ops.push_back(std::move(oe));
+      continue;
+    }
     if (op.cost.flops > 0) {
       const auto peak = ceil.compute_for(oe.compute_dtype, in.ceiling);
       if (!peak)
@@ -80,13 +93,13 @@ void check_positions(const ModelConfig& m, const EstimateInputs& in, std::vector
 }
 
 RequestEstimate estimate_request(const ModelConfig& m, const Ceilings& ceil, const EstimateInputs& in, const Precision& p,
-                                 const std::string& gpu_name, double ttft_s) {
+                                 const std::string& gpu_name, double link_gbps, double ttft_s) {
   RequestEstimate r;
   r.prompt = in.prompt;
   r.generate = in.generate;
   r.ttft_s = ttft_s;
   for (std::uint64_t t = 1; t < in.generate; ++t)
-    r.decode_s += estimate_phase(m, ceil, {Phase::decode, in.batch, 1, in.prompt + t}, in, p, gpu_name).time_s;
+    r.decode_s += estimate_phase(m, ceil, {Phase::decode, in.batch, 1, in.prompt + t}, in, p, gpu_name, link_gbps).time_s;
   r.total_s = r.ttft_s + r.decode_s;
   r.mean_per_token_s = in.generate > 1 ? r.decode_s / static_cast<double>(in.generate - 1) : 0.0;
   r.tokens_per_s = r.total_s > 0 ? static_cast<double>(in.batch * in.generate) / r.total_s : 0.0;
@@ -109,17 +122,25 @@ Estimate estimate(const ModelConfig& m, const GpuSpec& gpu, const EstimateInputs
   e.precision = step_precision(m, in);
   e.params = parameter_count(m);
   e.active_params = active_parameter_count(m);
-  e.weight_bytes = weight_bytes(m, e.precision);
-  e.kv_bytes_per_token = kv_bytes_per_token(m, e.precision.c);
-  e.kv_cache_bytes = kv_cache_bytes(m, in.context, in.batch, e.precision.c);
-  const auto per_seq = kv_cache_bytes(m, in.context, 1, e.precision.c);
+  if (in.tp > 2 && gpu.interconnect.find("(2 GPUs)") != std::string::npos)
+    e.warnings.push_back("--tp " + std::to_string(in.tp) + " on " + gpu.name + ": its " + gpu.interconnect +
+                         " joins pairs only; collectives beyond a pair cross PCIe and take longer than shown");
+  // Everything below is per GPU: the shard one GPU holds and runs.
+  const ModelConfig s = tensor_parallel_shard(m, in.tp);
+  if (in.tp > 1 && e.precision.linear.quantized())
+    check_weight_format(s, e.precision.linear, e.precision.plain_modules, "--tp " + std::to_string(in.tp) + " of " + m.name);
+  e.weight_bytes = weight_bytes(s, e.precision);
+  e.kv_bytes_per_token = kv_bytes_per_token(s, e.precision.c);
+  e.kv_cache_bytes = kv_cache_bytes(s, in.context, in.batch, e.precision.c);
+  const auto per_seq = kv_cache_bytes(s, in.context, 1, e.precision.c);
   e.max_batch = gpu.memory_bytes > e.weight_bytes ? (gpu.memory_bytes - e.weight_bytes) / per_seq : 0;
   const auto ceil = gpu.ceilings();
-  e.prefill = estimate_phase(m, ceil, {Phase::prefill, in.batch, in.prompt, 0}, in, e.precision, gpu.key);
-  e.decode = estimate_phase(m, ceil, {Phase::decode, in.batch, 1, in.context}, in, e.precision, gpu.key);
+  const double link = gpu.interconnect_gbps;
+  e.prefill = estimate_phase(s, ceil, {Phase::prefill, in.batch, in.prompt, 0}, in, e.precision, gpu.key, link);
+  e.decode = estimate_phase(s, ceil, {Phase::decode, in.batch, 1, in.context}, in, e.precision, gpu.key, link);
   e.ttft_s = e.prefill.time_s;
   e.per_token_s = e.decode.time_s;
-  if (in.generate) e.request = estimate_request(m, ceil, in, e.precision, gpu.key, e.ttft_s);
+  if (in.generate) e.request = estimate_request(s, ceil, in, e.precision, gpu.key, link, e.ttft_s);
   return e;
 }
 
@@ -145,6 +166,18 @@ SimpleEstimate simple_estimate(std::uint64_t hidden, std::uint64_t layers, std::
 
 namespace {
 
+// Null without --tp; else the split and the link the collectives are timed on.
+nlohmann::json tensor_parallel_json(const Estimate& e) {
+  if (e.in.tp <= 1) return nullptr;
+  const auto s = tensor_parallel_shard(e.model, e.in.tp);
+  return {{"gpus", e.in.tp},
+          {"heads_per_gpu", s.heads},
+          {"kv_heads_per_gpu", s.kv_heads},
+          {"kv_heads_replicated", !e.model.uses_mla() && e.model.kv_heads < e.in.tp},
+          {"interconnect", e.gpu.interconnect},
+          {"interconnect_gbps_bidirectional", e.gpu.interconnect_gbps}};
+}
+
 nlohmann::json phase_json(const PhaseEstimate& p) {
   nlohmann::json ops = nlohmann::json::array();
   for (const auto& o : p.ops) {
@@ -160,6 +193,7 @@ nlohmann::json phase_json(const PhaseEstimate& p) {
     j["bandwidth_bytes_per_s"] = o.bandwidth;
     j["bound"] = to_string(o.bound);
     j["time_s"] = o.time_s;
+    if (o.op.link_bytes) j["link_bytes"] = o.op.link_bytes;
     ops.push_back(std::move(j));
   }
   auto j = cost_json(p.total);
@@ -205,6 +239,15 @@ void phase_text(std::string& out, const PhaseEstimate& p) {
                      t.flops / 1e9, t.bytes.weights / 1e6, t.bytes.kv_cache / 1e6,
                      (t.bytes.activations + t.bytes.block_table) / 1e6, t.bytes.writes / 1e6, t.intensity(), "",
                      human_time(p.time_s));
+  double link_bytes = 0, link_s = 0;
+  for (const auto& o : p.ops)
+    if (o.op.link_bytes) {
+      link_bytes += static_cast<double>(o.op.link_bytes * o.op.count);
+      link_s += o.time_s * static_cast<double>(o.op.count);
+    }
+  if (link_bytes > 0)
+    out += fmt::format("  collectives: {} sent per GPU over the interconnect, {} ({:.1f}% of the step)\n",
+                       human_bytes(link_bytes), human_time(link_s), p.time_s > 0 ? 100 * link_s / p.time_s : 0.0);
 }
 
 // Each kind of layer (window, MoE) and how many layers have it.
@@ -285,7 +328,9 @@ nlohmann::json to_json(const Estimate& e) {
         {"linear_weights", e.precision.linear.name},
         {"generate", e.in.generate},
         {"routing", m.routing_zipf == 0 ? std::string("uniform") : fmt::format("zipf:{:g}", m.routing_zipf)},
+        {"tp", e.in.tp},
         {"ceiling_source", to_string(e.in.ceiling)}}},
+      {"tensor_parallel", tensor_parallel_json(e)},
       {"element_bytes", {{"weights", e.precision.w}, {"activations", e.precision.a}, {"kv_cache", e.precision.c}}},
       {"weight_bytes", e.weight_bytes},
       {"kv_bytes_per_token", e.kv_bytes_per_token},
@@ -354,8 +399,19 @@ std::string to_text(const Estimate& e) {
                        e.params, e.params / 1e9, e.active_params / 1e9, (e.active_params - m.vocab * m.hidden) / 1e9);
   else
     out += fmt::format("  {} parameters ({:.3f} B)\n", e.params, e.params / 1e9);
-  out += fmt::format("  weights {}: linear layers {}, the rest {}-bit\n", human_bytes(static_cast<double>(e.weight_bytes)),
-                     e.precision.linear.name, 8 * e.precision.w);
+  out += fmt::format("  weights {}{}: linear layers {}, the rest {}-bit\n", human_bytes(static_cast<double>(e.weight_bytes)),
+                     e.in.tp > 1 ? " per GPU" : "", e.precision.linear.name, 8 * e.precision.w);
+  if (e.in.tp > 1) {
+    const auto s = tensor_parallel_shard(m, e.in.tp);
+    out += fmt::format(
+        "  tensor parallel over {} GPUs (Megatron-style: heads, MLP and expert widths split; an all-reduce after attention "
+        "and after the MLP of every layer): per GPU {} q heads / {} kv head(s){}; every figure below is one GPU's\n",
+        e.in.tp, s.heads, s.kv_heads,
+        m.uses_mla() ? " (the latent cache replicated)"
+                     : (m.kv_heads < e.in.tp ? " (replicated: fewer KV heads than GPUs)" : ""));
+    out += fmt::format("  collectives on {} at {:.0f} GB/s both ways ({:.0f} GB/s each way sets their time; no latency term)\n",
+                       e.gpu.interconnect, e.gpu.interconnect_gbps, e.gpu.interconnect_gbps / 2);
+  }
   const auto ceil = e.gpu.ceilings();
   const auto W = ceil.bandwidth_for(e.in.ceiling);
   out += fmt::format("gpu {}: {} memory, {:.0f} GB/s ({} ceilings)\n", e.gpu.name,
@@ -387,54 +443,58 @@ std::string to_text(const Estimate& e) {
     out += fmt::format("largest batch that fits at context {}: {} (weights + KV cache in {}; activations and workspace not counted)\n",
                        e.in.context, e.max_batch, human_bytes(static_cast<double>(e.gpu.memory_bytes)));
 
-  // What the simple 12*h^2 weights-only model leaves out, on the same h, layers and step.
-  const auto s = simple_estimate(m.hidden, m.layers, e.in.batch, e.in.prompt, e.in.dtype);
-  const auto simple_decode_flops = s.decode_flops;
-  out += fmt::format("\nvs the simple 12*h^2 weights-only model (same h, layers, batch, prompt):\n");
-  out += fmt::format("  {:<34} {:>16} {:>16}\n", "", "simple", "this model");
-  auto row = [&](const std::string& what, double a, double b, const char* unit) {
-    out += fmt::format("  {:<34} {:>13.3f} {:<2} {:>13.3f} {:<2}\n", what, a, unit, b, unit);
-  };
-  double layer_params = 0;  // mean over the layers (kinds differ: windows do not change it, experts do)
-  for (const auto& [kind, count] : layer_groups(m))
-    layer_params += static_cast<double>(layer_parameter_count(m, kind)) * static_cast<double>(count);
-  row("parameters per layer (M, mean)", s.params_per_layer / 1e6, layer_params / static_cast<double>(m.layers) / 1e6, "");
-  row("parameters in total (B)", s.params_per_layer * s.layers / 1e9, e.params / 1e9, "");
-  row("prefill GFLOPs", s.prefill_flops / 1e9, e.prefill.total.flops / 1e9, "");
-  row("prefill bytes (GB)", s.weight_bytes / 1e9, e.prefill.total.bytes.total() / 1e9, "");
-  row("decode GFLOPs", simple_decode_flops / 1e9, e.decode.total.flops / 1e9, "");
-  row("decode bytes (GB)", s.weight_bytes / 1e9, e.decode.total.bytes.total() / 1e9, "");
-  row("decode intensity (FLOP/byte)", s.decode_intensity, e.decode.total.intensity(), "");
-  out += "  left out by the simple model:\n";
-  double attention_weights = 0;
-  for (const auto& w : layer_weights(m))
-    if (w.linear && w.name != "gate_up_proj" && w.name != "down_proj") attention_weights += static_cast<double>(w.elements());
-  const std::string attention_kind =
-      m.uses_mla() ? fmt::format("MLA: K and V through a latent of rank {}", m.mla.kv_lora_rank)
-                   : fmt::format("{} of {} heads for k/v", m.kv_heads, m.heads);
-  out += fmt::format("    attention projections of {:.1f} M per layer, {} (simple assumes 4h^2 = {:.1f} M)\n",
-                     attention_weights / 1e6, attention_kind, 4.0 * m.hidden * m.hidden / 1e6);
-  if (m.experts)
-    out += fmt::format("    MoE MLP: {} experts of 3*h*{} = {:.1f} M each, {} per token{} (simple assumes 8h^2 = {:.1f} M)\n",
-                       m.experts, m.expert_intermediate, 3.0 * m.hidden * m.expert_intermediate / 1e6, m.experts_per_token,
-                       m.shared_intermediate ? fmt::format(", plus a shared expert of width {}", m.shared_intermediate) : "",
-                       8.0 * m.hidden * m.hidden / 1e6);
-  if (!m.experts || std::any_of(m.moe_layers.begin(), m.moe_layers.end(), [](bool b) { return !b; }))
-    out += fmt::format("    {}MLP of 3*h*I = {:.1f} M per layer (simple assumes 8h^2 = {:.1f} M)\n", m.experts ? "dense layers' " : "",
-                       3.0 * m.hidden * m.intermediate / 1e6, 8.0 * m.hidden * m.hidden / 1e6);
-  out += fmt::format("    embedding + vocabulary projection: {:.3f} B parameters\n",
-                     (m.tie_word_embeddings ? 1.0 : 2.0) * m.vocab * m.hidden / 1e9);
-  out += fmt::format("    activation traffic: prefill {}, decode {}\n",
-                     human_bytes(static_cast<double>(e.prefill.total.bytes.activations + e.prefill.total.bytes.writes)),
-                     human_bytes(static_cast<double>(e.decode.total.bytes.activations + e.decode.total.bytes.writes)));
-  out += fmt::format("    KV-cache reads in decode: {}; attention FLOPs in prefill: {:.2f} GFLOPs\n",
-                     human_bytes(static_cast<double>(e.decode.total.bytes.kv_cache)),
-                     [&] {
-                       double f = 0;
-                       for (const auto& o : e.prefill.ops)
-                         if (o.op.kind == "prefill_attention") f += static_cast<double>(o.op.cost.flops * o.op.count);
-                       return f / 1e9;
-                     }());
+  if (e.in.tp > 1) {
+    out += "\n(the comparison with the simple 12*h^2 model is printed for one GPU: drop --tp)\n";
+  } else {
+    // What the simple 12*h^2 weights-only model leaves out, on the same h, layers and step.
+    const auto s = simple_estimate(m.hidden, m.layers, e.in.batch, e.in.prompt, e.in.dtype);
+    const auto simple_decode_flops = s.decode_flops;
+    out += fmt::format("\nvs the simple 12*h^2 weights-only model (same h, layers, batch, prompt):\n");
+    out += fmt::format("  {:<34} {:>16} {:>16}\n", "", "simple", "this model");
+    auto row = [&](const std::string& what, double a, double b, const char* unit) {
+      out += fmt::format("  {:<34} {:>13.3f} {:<2} {:>13.3f} {:<2}\n", what, a, unit, b, unit);
+    };
+    double layer_params = 0;  // mean over the layers (kinds differ: windows do not change it, experts do)
+    for (const auto& [kind, count] : layer_groups(m))
+      layer_params += static_cast<double>(layer_parameter_count(m, kind)) * static_cast<double>(count);
+    row("parameters per layer (M, mean)", s.params_per_layer / 1e6, layer_params / static_cast<double>(m.layers) / 1e6, "");
+    row("parameters in total (B)", s.params_per_layer * s.layers / 1e9, e.params / 1e9, "");
+    row("prefill GFLOPs", s.prefill_flops / 1e9, e.prefill.total.flops / 1e9, "");
+    row("prefill bytes (GB)", s.weight_bytes / 1e9, e.prefill.total.bytes.total() / 1e9, "");
+    row("decode GFLOPs", simple_decode_flops / 1e9, e.decode.total.flops / 1e9, "");
+    row("decode bytes (GB)", s.weight_bytes / 1e9, e.decode.total.bytes.total() / 1e9, "");
+    row("decode intensity (FLOP/byte)", s.decode_intensity, e.decode.total.intensity(), "");
+    out += "  left out by the simple model:\n";
+    double attention_weights = 0;
+    for (const auto& w : layer_weights(m))
+      if (w.linear && w.name != "gate_up_proj" && w.name != "down_proj") attention_weights += static_cast<double>(w.elements());
+    const std::string attention_kind =
+        m.uses_mla() ? fmt::format("MLA: K and V through a latent of rank {}", m.mla.kv_lora_rank)
+                     : fmt::format("{} of {} heads for k/v", m.kv_heads, m.heads);
+    out += fmt::format("    attention projections of {:.1f} M per layer, {} (simple assumes 4h^2 = {:.1f} M)\n",
+                       attention_weights / 1e6, attention_kind, 4.0 * m.hidden * m.hidden / 1e6);
+    if (m.experts)
+      out += fmt::format("    MoE MLP: {} experts of 3*h*{} = {:.1f} M each, {} per token{} (simple assumes 8h^2 = {:.1f} M)\n",
+                         m.experts, m.expert_intermediate, 3.0 * m.hidden * m.expert_intermediate / 1e6, m.experts_per_token,
+                         m.shared_intermediate ? fmt::format(", plus a shared expert of width {}", m.shared_intermediate) : "",
+                         8.0 * m.hidden * m.hidden / 1e6);
+    if (!m.experts || std::any_of(m.moe_layers.begin(), m.moe_layers.end(), [](bool b) { return !b; }))
+      out += fmt::format("    {}MLP of 3*h*I = {:.1f} M per layer (simple assumes 8h^2 = {:.1f} M)\n", m.experts ? "dense layers' " : "",
+                         3.0 * m.hidden * m.intermediate / 1e6, 8.0 * m.hidden * m.hidden / 1e6);
+    out += fmt::format("    embedding + vocabulary projection: {:.3f} B parameters\n",
+                       (m.tie_word_embeddings ? 1.0 : 2.0) * m.vocab * m.hidden / 1e9);
+    out += fmt::format("    activation traffic: prefill {}, decode {}\n",
+                       human_bytes(static_cast<double>(e.prefill.total.bytes.activations + e.prefill.total.bytes.writes)),
+                       human_bytes(static_cast<double>(e.decode.total.bytes.activations + e.decode.total.bytes.writes)));
+    out += fmt::format("    KV-cache reads in decode: {}; attention FLOPs in prefill: {:.2f} GFLOPs\n",
+                       human_bytes(static_cast<double>(e.decode.total.bytes.kv_cache)),
+                       [&] {
+                         double f = 0;
+                         for (const auto& o : e.prefill.ops)
+                           if (o.op.kind == "prefill_attention") f += static_cast<double>(o.op.cost.flops * o.op.count);
+                         return f / 1e9;
+                       }());
+  }
   for (const auto& n : m.notes) out += "  left out for " + m.model_type + ": " + n + "\n";
   out += "notes: FLOPs exclude softmax, RoPE and norms (their bytes count); times are roofline predictions summed per op.\n";
   return out;

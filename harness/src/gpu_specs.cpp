@@ -59,6 +59,12 @@ GpuTable GpuTable::load(const std::string& path_in) {
       s.memory_bandwidth_gbps = g.at("memory_bandwidth_gbps").get<double>();
       s.memory_bus_width_bits = g.value("memory_bus_width_bits", 0);
       s.l2_bytes = g.value("l2_bytes", std::uint64_t{0});
+      if (g.contains("interconnect")) {
+        const auto& ic = g.at("interconnect");
+        s.interconnect = ic.at("name").get<std::string>();
+        s.interconnect_gbps = ic.at("bandwidth_gbps_bidirectional").get<double>();
+        if (!(s.interconnect_gbps > 0)) throw InputError(origin + ": " + s.key + ": interconnect bandwidth must be positive");
+      }
       for (const auto& [k, v] : g.at("peak_tflops_dense").items()) {
         if (k == "fp64") continue;
         s.peak_tflops[parse_dtype(k)] = v.get<double>();

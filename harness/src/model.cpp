@@ -260,6 +260,37 @@ double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uin
   return touched;
 }
 
+ModelConfig tensor_parallel_shard(const ModelConfig& m, std::uint64_t tp) {
+  if (tp == 0) throw InputError("--tp must be a positive integer");
+  if (tp == 1) return m;
+  const std::string t = std::to_string(tp);
+  auto split = [&](std::uint64_t v, const char* what) {
+    if (v % tp != 0)
+      throw InputError("--tp " + t + ": " + what + " (" + std::to_string(v) + ") is not divisible by " + t +
+                       "; tensor parallelism splits it evenly across the GPUs");
+    return v / tp;
+  };
+  ModelConfig s = m;
+  s.tp = tp;
+  s.heads = split(m.heads, "num_attention_heads");
+  if (m.uses_mla()) {
+    s.kv_heads = s.heads;
+  } else if (m.kv_heads >= tp) {
+    s.kv_heads = split(m.kv_heads, "num_key_value_heads");
+  } else {
+    if (tp % m.kv_heads != 0)
+      throw InputError("--tp " + t + ": " + std::to_string(m.kv_heads) + " KV heads neither divide by " + t +
+                       " nor divide it; engines replicate KV heads only when the degree is a multiple of them");
+    s.kv_heads = 1;  // each GPU keeps a copy of the one KV head its query heads use
+  }
+  const bool dense = m.moe_layers.empty() || std::any_of(m.moe_layers.begin(), m.moe_layers.end(), [](bool b) { return !b; });
+  if (dense) s.intermediate = split(m.intermediate, "intermediate_size");
+  if (m.experts) s.expert_intermediate = split(m.expert_intermediate, "the experts' intermediate size");
+  if (m.shared_intermediate) s.shared_intermediate = split(m.shared_intermediate, "the shared expert's intermediate size");
+  s.vocab = m.vocab / tp + (m.vocab % tp ? 1 : 0);  // engines pad the vocabulary to a multiple
+  return s;
+}
+
 double parse_routing(const std::string& text) {
   if (text == "uniform") return 0;
   if (text.rfind("zipf:", 0) == 0) {
@@ -288,6 +319,14 @@ LayerOp make_linear(std::string name, std::uint64_t M, std::uint64_t N, std::uin
 }
 
 LayerOp make_elementwise(std::string name, OpCost cost) { return {std::move(name), "elementwise", {}, cost}; }
+
+// A collective over the tp GPUs: no FLOPs or memory traffic counted, its bytes
+// on the interconnect.
+LayerOp make_all_reduce(std::string name, std::uint64_t payload, std::uint64_t tp) {
+  LayerOp op{std::move(name), "all_reduce", Shape{{"bytes", payload}, {"gpus", tp}}, {}};
+  op.link_bytes = all_reduce_link_bytes(payload, tp);
+  return op;
+}
 
 // The experts of an MoE layer as grouped GEMMs over `tokens` routed tokens.
 LayerOp make_grouped(std::string name, const ModelConfig& m, std::uint64_t tokens, std::uint64_t N, std::uint64_t K,
@@ -365,9 +404,11 @@ std::vector<LayerOp> layer_ops(const ModelConfig& m, const StepShape& step, cons
   } else {
     add_attention_ops(ops, m, step, p, kind);
   }
+  if (m.tp > 1) ops.push_back(make_all_reduce("attn_all_reduce", mul({M, h, p.a}, "all-reduce bytes"), m.tp));
   if (sandwich) ops.push_back(make_elementwise("post_attn_norm", rmsnorm_cost(M, h, p.a, p.w)));
   ops.push_back(make_elementwise("mlp_norm", rmsnorm_cost(M, h, p.a, p.w)));
   add_mlp_ops(ops, m, M, p, kind.moe);
+  if (m.tp > 1) ops.push_back(make_all_reduce("mlp_all_reduce", mul({M, h, p.a}, "all-reduce bytes"), m.tp));
   if (sandwich) ops.push_back(make_elementwise("post_mlp_norm", rmsnorm_cost(M, h, p.a, p.w)));
   return ops;
 }
@@ -464,6 +505,8 @@ std::vector<LayerOp> step_ops(const ModelConfig& m, const StepShape& step, const
   std::vector<LayerOp> ops;
   // Embedding gather: at most one row per distinct token.
   ops.push_back(make_elementwise("embed", elementwise_cost(0, mul({p.w, std::min(M, m.vocab), m.hidden}), mul({p.a, M, m.hidden}))));
+  // Vocabulary-parallel embedding: each GPU looks up its rows, an all-reduce sums them.
+  if (m.tp > 1) ops.push_back(make_all_reduce("embed_all_reduce", mul({M, m.hidden, p.a}, "all-reduce bytes"), m.tp));
   // Each kind of layer; an op equal in every respect across kinds is one entry
   // with the layers of all of them.
   const auto groups = layer_groups(m);
@@ -493,6 +536,11 @@ std::vector<LayerOp> step_ops(const ModelConfig& m, const StepShape& step, const
   ops.push_back(make_elementwise("final_norm", rmsnorm_cost(M, m.hidden, p.a, p.w)));
   // Logits for the last token of each sequence only.
   ops.push_back(make_linear("lm_head", step.batch, m.vocab, m.hidden, p));
+  if (m.tp > 1) {  // each GPU computed its slice of the vocabulary
+    LayerOp op{"logits_all_gather", "all_gather", Shape{{"bytes", mul({step.batch, m.vocab, m.tp, p.a})}, {"gpus", m.tp}}, {}};
+    op.link_bytes = all_gather_link_bytes(mul({step.batch, m.vocab, m.tp, p.a}, "logit bytes"), m.tp);
+    ops.push_back(op);
+  }
   return ops;
 }
 

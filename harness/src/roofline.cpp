@@ -25,7 +25,14 @@ CeilingSource parse_ceiling_source(std::string_view s) {
   throw InputError("unknown ceiling source '" + std::string(s) + "'; use measured, datasheet or theoretical");
 }
 
-std::string_view to_string(Bound b) { return b == Bound::memory ? "memory" : "compute"; }
+std::string_view to_string(Bound b) {
+  switch (b) {
+    case Bound::memory: return "memory";
+    case Bound::compute: return "compute";
+    case Bound::link: return "link";
+  }
+  return "?";
+}
 
 double attainable(double intensity, double peak_flops, double bandwidth) {
   return std::min(peak_flops, intensity * bandwidth);

@@ -195,4 +195,12 @@ std::uint64_t kv_cache_bytes(std::uint64_t layers, std::uint64_t Hkv, std::uint6
   return mul({2, layers, Hkv, D, context, batch, c}, "KV-cache size");
 }
 
+std::uint64_t all_reduce_link_bytes(std::uint64_t payload, std::uint64_t n) {
+  return n <= 1 ? 0 : mul({2, n - 1, payload}, "all-reduce bytes") / n;
+}
+
+std::uint64_t all_gather_link_bytes(std::uint64_t total, std::uint64_t n) {
+  return n <= 1 ? 0 : mul(n - 1, total, "all-gather bytes") / n;
+}
+
 }  // namespace phasebench

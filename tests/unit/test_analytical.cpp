@@ -170,3 +170,70 @@ TEST(Analytical, MixtureOfExpertsDecodeMovesWithTheBatch) {
   EXPECT_GT(e.weight_bytes, 2 * 46000000000ull);  // memory holds every expert
   EXPECT_NE(to_text(e).find("mixture of experts: 8 experts of width 14336, 2 per token"), std::string::npos);
 }
+
+TEST(Analytical, TensorParallelShardsAndAddsTheAllReduces) {
+  // Llama-3.1-70B over 8 GPUs: 8 q heads and 1 KV head per GPU, MLP 28672/8,
+  // vocabulary 128256/8; per GPU weights summed by hand.
+  const auto m = load_model("llama-3.1-70b");
+  const auto s = tensor_parallel_shard(m, 8);
+  EXPECT_EQ(s.heads, 8u);
+  EXPECT_EQ(s.kv_heads, 1u);
+  EXPECT_EQ(s.intermediate, 3584u);
+  EXPECT_EQ(s.vocab, 16032u);
+  const std::uint64_t h = 8192, layer = (8 + 2) * 128 * h + h * 8 * 128 + 2 * 3584 * h + h * 3584 + 2 * h;
+  const auto gpu = GpuTable::load().get("h100-sxm");
+  EstimateInputs in;
+  in.batch = 1;
+  in.prompt = 1024;
+  in.tp = 8;
+  const auto e = estimate(m, gpu, in);
+  EXPECT_EQ(e.weight_bytes, 2 * (80 * layer + 2 * 16032 * h + h));
+  EXPECT_EQ(e.params, parameter_count(m));  // the model's count stays whole
+  EXPECT_EQ(e.kv_bytes_per_token, 2ull * 80 * 1 * 128 * 2);
+  // Prefill: two all-reduces per layer of M x h activations, ring: 2 (n-1)/n of
+  // them on the link, timed at half the 900 GB/s bidirectional NVLink figure.
+  const std::uint64_t payload = 1024 * h * 2, link = 2 * 7 * payload / 8;
+  int seen = 0;
+  for (const auto& o : e.prefill.ops)
+    if (o.op.name == "attn_all_reduce" || o.op.name == "mlp_all_reduce") {
+      ++seen;
+      EXPECT_EQ(o.op.count, 80u);
+      EXPECT_EQ(o.op.link_bytes, link);
+      EXPECT_EQ(o.bound, Bound::link);
+      EXPECT_DOUBLE_EQ(o.time_s, static_cast<double>(link) / 450e9);
+    }
+  EXPECT_EQ(seen, 2);
+  // Per GPU the decode step reads an eighth of the linear weights: faster than one GPU.
+  in.tp = 1;
+  const auto one = estimate(m, gpu, in);
+  EXPECT_LT(e.decode.time_s, one.decode.time_s / 6);
+  EXPECT_NE(to_text(e).find("tensor parallel over 8 GPUs"), std::string::npos);
+  EXPECT_EQ(to_json(e).at("tensor_parallel").at("kv_heads_replicated"), false);  // 8 KV heads, one each
+  // Llama-3.1-8B over 16 GPUs: 8 KV heads, so each is kept by two GPUs.
+  in.tp = 16;
+  const auto e16 = estimate(load_model("llama-3.1-8b"), gpu, in);
+  EXPECT_EQ(to_json(e16).at("tensor_parallel").at("kv_heads_replicated"), true);
+  EXPECT_EQ(e16.kv_bytes_per_token, 2ull * 32 * 1 * 128 * 2);
+  // MLA: the latent cache is the same on every GPU.
+  const auto d = load_model("deepseek-v2-lite");
+  EXPECT_EQ(kv_bytes_per_token(tensor_parallel_shard(d, 4), 2), kv_bytes_per_token(d, 2));
+  // Widths that do not split, and a degree that does not replicate KV heads evenly.
+  EXPECT_THROW(tensor_parallel_shard(m, 3), InputError);
+  EXPECT_THROW(tensor_parallel_shard(m, 0), InputError);
+  auto odd = m;
+  odd.heads = 24;
+  try {
+    tensor_parallel_shard(odd, 12);
+    FAIL() << "expected InputError";
+  } catch (const InputError& err) {
+    EXPECT_NE(std::string(err.what()).find("8 KV heads neither divide by 12 nor divide it"), std::string::npos) << err.what();
+  }
+  // A quantized group that no longer divides a shard's K: gpt-oss's MXFP4 experts (2880 / 8 = 360).
+  in.tp = 8;
+  try {
+    estimate(load_model("gpt-oss-20b"), gpu, in);
+    FAIL() << "expected InputError";
+  } catch (const InputError& err) {
+    EXPECT_NE(std::string(err.what()).find("does not divide the 360 inputs of experts_down"), std::string::npos) << err.what();
+  }
+}

@@ -30,6 +30,9 @@ struct EstimateInputs {
   // A prompt or context beyond max_position_embeddings: an InputError, or with
   // this a warning in the text and the JSON.
   bool allow_long_context = false;
+  // Tensor-parallel degree (tensor_parallel_shard): every op per GPU, plus the
+  // collectives timed on the GPU's interconnect.
+  std::uint64_t tp = 1;
 };
 
 // A request of P prompt tokens and G generated ones: the prefill (which yields

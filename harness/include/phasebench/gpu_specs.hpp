@@ -25,6 +25,10 @@ struct GpuSpec {
   double memory_bandwidth_gbps = 0;  // decimal GB/s
   int memory_bus_width_bits = 0;
   std::uint64_t l2_bytes = 0;
+  // GPU-to-GPU link (NVLink, else PCIe) as the datasheet gives it: both
+  // directions together, per GPU; 0: not in the table.
+  std::string interconnect;
+  double interconnect_gbps = 0;
   std::map<DType, double> peak_tflops;  // dense; int8 in TOPS
   std::string sources;                  // documents, joined
   // The datasheet ceilings (compute per dtype, bandwidth) with their sources.

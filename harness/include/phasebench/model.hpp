@@ -64,6 +64,8 @@ struct ModelConfig {
   // How tokens pick experts (not from the config: `phasebench model --routing`):
   // expert popularity proportional to 1/rank^routing_zipf (0: uniform).
   double routing_zipf = 0;
+  // Tensor parallel degree of the shard this config describes (tensor_parallel_shard).
+  std::uint64_t tp = 1;
   // Weights as the checkpoint's quantization_config stores them (none: plain),
   // and the linear layers it leaves plain (our names: lm_head, router, qkv_proj, ...).
   std::optional<WeightFormat> quantization;
@@ -123,6 +125,7 @@ struct LayerOp {
   std::string variant = "";  // what sets it apart from ops of the same name: "sliding window 4096", "dense layers"
   DType compute = DType::bf16;  // linear ops: the type their math runs in (their weights' WeightFormat::compute)
   std::string weights = "";     // linear ops: their weight format
+  std::uint64_t link_bytes = 0;  // collectives (tensor parallel): bytes each GPU sends over its interconnect
 };
 
 struct StepShape {
@@ -162,6 +165,16 @@ std::vector<LayerWeight> layer_weights(const ModelConfig& m, const LayerKind& ki
 // E * (1 - (1 - k/E)^T). Skewed (zipf s > 0): pi_i proportional to 1/i^s, capped
 // at 1 with the excess spread over the others so that the pi_i sum to k.
 double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uint64_t tokens, double zipf = 0);
+// One GPU's part of the model under `tp`-way tensor parallelism as Megatron-LM
+// and vLLM shard it: attention heads split (KV heads too, or one replicated per
+// GPU when there are fewer than tp), the MLP's and every expert's intermediate
+// width split (column-parallel gate_up, row-parallel down), the vocabulary split
+// (padded up); norms, routers and MLA's kv_a projections and latent cache
+// replicated. Its step_ops add an all-reduce after attention and after the MLP
+// in every layer, one after the embedding and an all-gather of the logits.
+// InputError when a width does not divide by tp.
+ModelConfig tensor_parallel_shard(const ModelConfig& m, std::uint64_t tp);
+
 // --routing: "uniform" (0) or "zipf:S" with S >= 0; InputError otherwise.
 double parse_routing(const std::string& text);
 

@@ -22,7 +22,8 @@ struct Ceiling {
   std::string method;  // how it was obtained: a document, a formula, a measurement
 };
 
-enum class Bound { memory, compute };
+// link: a collective between GPUs, bound by their interconnect (the analytical model's --tp).
+enum class Bound { memory, compute, link };
 std::string_view to_string(Bound b);
 
 struct RooflinePlace {

@@ -127,6 +127,12 @@ OpCost rmsnorm_cost(std::uint64_t M, std::uint64_t h, std::uint64_t a, std::uint
 OpCost rope_cost(std::uint64_t M, std::uint64_t Hq, std::uint64_t Hkv, std::uint64_t D, std::uint64_t a);
 OpCost gated_activation_cost(std::uint64_t M, std::uint64_t I, std::uint64_t a);  // act(gate) * up
 
+// Bytes each of n GPUs sends in a ring all-reduce of `payload` bytes (reduce-
+// scatter then all-gather): 2 (n-1)/n * payload; an all-gather of `total` bytes
+// (each GPU holding total/n): (n-1)/n * total.
+std::uint64_t all_reduce_link_bytes(std::uint64_t payload, std::uint64_t n);
+std::uint64_t all_gather_link_bytes(std::uint64_t total, std::uint64_t n);
+
 // KV cache size = 2 * layers * Hkv * D * context * batch * c bytes.
 std::uint64_t kv_cache_bytes(std::uint64_t layers, std::uint64_t Hkv, std::uint64_t D, std::uint64_t context,
                              std::uint64_t batch, std::uint64_t c);
