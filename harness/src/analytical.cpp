@@ -254,7 +254,7 @@ void phase_text(std::string& out, const PhaseEstimate& p) {
 nlohmann::json layer_kinds_json(const ModelConfig& m) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& [kind, count] : layer_groups(m))
-    a.push_back({{"layers", count}, {"sliding_window", kind.window}, {"moe", kind.moe}});
+    a.push_back({{"layers", count}, {"sliding_window", kind.window}, {"attention_chunk", kind.chunk}, {"moe", kind.moe}});
   return a;
 }
 
@@ -390,9 +390,11 @@ std::string to_text(const Estimate& e) {
                        m.shared_intermediate ? fmt::format(", a shared expert of width {}", m.shared_intermediate) : "",
                        m.routing_zipf == 0 ? std::string("uniform") : fmt::format("zipf:{:g}", m.routing_zipf));
   for (const auto& [kind, count] : layer_groups(m))
-    if (layer_groups(m).size() > 1 || kind.window)
+    if (layer_groups(m).size() > 1 || kind.window || kind.chunk)
       out += fmt::format("  {} layer(s): {} attention, {} MLP\n", count,
-                         kind.window ? fmt::format("sliding-window ({} tokens)", kind.window) : std::string("full"),
+                         kind.window  ? fmt::format("sliding-window ({} tokens)", kind.window)
+                         : kind.chunk ? fmt::format("chunked ({} tokens)", kind.chunk)
+                                      : std::string("full"),
                          kind.moe ? "mixture-of-experts" : "dense");
   if (m.experts)
     out += fmt::format("  {} parameters ({:.3f} B), {:.3f} B active per token ({:.3f} B without the input embedding)\n",

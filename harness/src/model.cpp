@@ -63,6 +63,7 @@ ModelConfig load_model(const std::string& name_or_path) {
 LayerKind ModelConfig::layer_kind(std::uint64_t layer) const {
   LayerKind k;
   if (layer < windows.size()) k.window = windows[layer];
+  if (layer < chunks.size()) k.chunk = chunks[layer];
   if (layer < moe_layers.size()) k.moe = moe_layers[layer];
   return k;
 }
@@ -200,7 +201,8 @@ std::uint64_t kv_cache_bytes(const ModelConfig& m, std::uint64_t context, std::u
   if (m.uses_mla()) return mul({m.layers, m.mla.latent(), context, batch, c}, "KV-cache size");
   std::uint64_t b = 0;
   for (const auto& [kind, count] : layer_groups(m)) {
-    const auto tokens = kind.window ? std::min(context, kind.window) : context;
+    const auto reach = kind.window ? kind.window : kind.chunk;
+    const auto tokens = reach ? std::min(context, reach) : context;
     b = add(b, kv_cache_bytes(count, m.kv_heads, m.head_dim, tokens, batch, c), "KV-cache size");
   }
   return b;
@@ -422,7 +424,9 @@ void add_attention_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const St
   const auto B = step.batch, S = step.new_tokens;
   const auto M = mul(B, S, "tokens");
   const auto h = m.hidden, D = m.head_dim;
-  const std::string window = kind.window ? "sliding window " + std::to_string(kind.window) : "";
+  const std::string window = kind.window  ? "sliding window " + std::to_string(kind.window)
+                             : kind.chunk ? "chunks of " + std::to_string(kind.chunk)
+                                          : "";
   ops.push_back(make_linear("qkv_proj", M, (m.heads + 2 * m.kv_heads) * D, h, p));
   if (m.qk_norm) {  // per head over D: q and k read and written, two D-wide scales
     const auto qk = mul({M, m.heads + m.kv_heads, D}, "q/k elements");
@@ -434,11 +438,13 @@ void add_attention_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const St
   LayerOp attention;
   if (step.phase == Phase::prefill) {
     const PrefillAttentionShape att{B, m.heads, m.kv_heads, S, D};
-    attention = {"attention", "prefill_attention", att.shape(), prefill_attention_cost(att, p.a, kind.window)};
+    attention = {"attention", "prefill_attention", att.shape(), prefill_attention_cost(att, p.a, kind.window, 0, kind.chunk)};
     if (kind.window) attention.shape.set("window", kind.window);
+    if (kind.chunk) attention.shape.set("chunk", kind.chunk);
   } else {
-    // A sliding-window layer reads at most its window of the cache.
-    const auto L = kind.window ? std::min(step.context, kind.window) : step.context;
+    // A sliding-window layer reads at most its window of the cache; a chunked
+    // layer the tokens of the new token's chunk before it (context mod chunk).
+    const auto L = kind.window ? std::min(step.context, kind.window) : kind.chunk ? step.context % kind.chunk : step.context;
     const AttentionShape att{B, m.heads, m.kv_heads, L, D};
     attention = {"attention", "decode_attention", att.shape(), decode_attention_cost(att, p.c, p.a)};
   }

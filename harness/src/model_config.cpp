@@ -15,9 +15,10 @@ namespace phasebench {
 namespace {
 
 const std::set<std::string>& supported_families() {
-  static const std::set<std::string> f{"llama",  "mistral",     "mixtral",     "qwen2",       "qwen3",
-                                       "qwen3_moe", "deepseek_v2", "deepseek_v3", "gemma",    "gemma2",
-                                       "gemma3", "gemma3_text", "phi3",        "gpt_oss"};
+  static const std::set<std::string> f{"llama",     "llama4",      "llama4_text", "mistral", "mixtral",
+                                       "qwen2",     "qwen3",       "qwen3_moe",   "deepseek_v2", "deepseek_v3",
+                                       "gemma",     "gemma2",      "gemma3",      "gemma3_text", "phi3",
+                                       "gpt_oss"};
   return f;
 }
 
@@ -47,7 +48,14 @@ bool tie_default(const std::string& family) { return family.rfind("gemma", 0) ==
 
 // The text part of a multimodal config (gemma3: "text_config"), with the
 // defaults transformers' Gemma3TextConfig fills in for fields it leaves out.
-nlohmann::json text_part(const nlohmann::json& j, const std::string& family) {
+nlohmann::json text_part(const nlohmann::json& j, const std::string& family, const std::string& origin) {
+  if (family == "llama4") {  // Llama4Config: the language model is text_config (llama4_text)
+    if (!j.contains("text_config") || !j.at("text_config").is_object())
+      throw InputError(origin + ": a llama4 config needs its \"text_config\" object");
+    auto t = j.at("text_config");
+    if (!has(t, "tie_word_embeddings") && has(j, "tie_word_embeddings")) t["tie_word_embeddings"] = j.at("tie_word_embeddings");
+    return t;
+  }
   if (family != "gemma3" && family != "gemma3_text") return j;
   nlohmann::json t = family == "gemma3" && j.contains("text_config") && j.at("text_config").is_object()
                          ? j.at("text_config")
@@ -101,6 +109,28 @@ void read_windows(ModelConfig& m, const nlohmann::json& j, const std::string& or
   if (std::all_of(m.windows.begin(), m.windows.end(), [](std::uint64_t w) { return w == 0; })) m.windows.clear();
 }
 
+// Llama 4's chunked local attention: the RoPE layers (no_rope_layers[i] = 1;
+// transformers' default leaves every fourth layer NoPE) attend within chunks of
+// attention_chunk_size tokens, the NoPE layers attend to everything.
+void read_chunks(ModelConfig& m, const nlohmann::json& j, const std::string& origin) {
+  if (m.model_type != "llama4" && m.model_type != "llama4_text") return;
+  if (!has(j, "attention_chunk_size")) return;
+  const auto C = require_positive(j, "attention_chunk_size", origin);
+  std::vector<std::uint64_t> rope(m.layers);
+  const bool listed = has(j, "no_rope_layers") && j.at("no_rope_layers").is_array() && !j.at("no_rope_layers").empty();
+  if (listed && j.at("no_rope_layers").size() != m.layers)
+    throw InputError(origin + ": \"no_rope_layers\" must give one 0 or 1 per layer (" + std::to_string(m.layers) + ")");
+  const auto interval = optional_positive(j, "no_rope_layer_interval", 4, origin);
+  for (std::uint64_t i = 0; i < m.layers; ++i)
+    rope[i] = listed ? j.at("no_rope_layers").at(i).get<std::uint64_t>() : ((i + 1) % interval != 0 ? 1 : 0);
+  m.chunks.assign(m.layers, 0);
+  for (std::uint64_t i = 0; i < m.layers; ++i)
+    if (rope[i]) m.chunks[i] = C;
+  if (m.max_position && C > m.max_position)
+    throw InputError(origin + ": attention_chunk_size " + std::to_string(C) + " is larger than max_position_embeddings " +
+                     std::to_string(m.max_position));
+}
+
 void read_moe(ModelConfig& m, const nlohmann::json& j, const std::string& origin) {
   const std::string& f = m.model_type;
   if (f == "mixtral" || f == "gpt_oss") {
@@ -119,6 +149,26 @@ void read_moe(ModelConfig& m, const nlohmann::json& j, const std::string& origin
       for (const auto& x : j.at("mlp_only_layers")) dense.insert(x.get<std::uint64_t>());
     m.moe_layers.assign(m.layers, false);
     for (std::uint64_t i = 0; i < m.layers; ++i) m.moe_layers[i] = !dense.count(i) && (i + 1) % step == 0;
+  } else if (f == "llama4" || f == "llama4_text") {
+    // Llama4TextMoe: num_local_experts routed experts and one shared expert, all
+    // of width intermediate_size; dense layers use intermediate_size_mlp.
+    m.experts = require_positive(j, "num_local_experts", origin);
+    m.experts_per_token = optional_positive(j, "num_experts_per_tok", 1, origin);
+    m.expert_intermediate = m.shared_intermediate = m.intermediate;
+    m.intermediate = optional_positive(j, "intermediate_size_mlp", 16384, origin);
+    m.moe_layers.assign(m.layers, false);
+    if (has(j, "moe_layers")) {
+      if (!j.at("moe_layers").is_array()) throw InputError(origin + ": \"moe_layers\" must list layer indices");
+      for (const auto& x : j.at("moe_layers")) {
+        if (!x.is_number_unsigned() || x.get<std::uint64_t>() >= m.layers)
+          throw InputError(origin + ": moe_layers holds " + quote_value(x.dump()) + ", not a layer index below " +
+                           std::to_string(m.layers));
+        m.moe_layers[x.get<std::uint64_t>()] = true;
+      }
+    } else {  // transformers' default: every step-th layer, from step - 1
+      const auto step = optional_positive(j, "interleave_moe_layer_step", 1, origin);
+      for (std::uint64_t i = step - 1; i < m.layers; i += step) m.moe_layers[i] = true;
+    }
   } else if (f == "deepseek_v2" || f == "deepseek_v3") {
     if (!has(j, "n_routed_experts")) return;  // a dense DeepSeek
     m.experts = require_positive(j, "n_routed_experts", origin);
@@ -240,6 +290,11 @@ std::vector<std::string> family_notes(const ModelConfig& m) {
                 " drawn by a fixed popularity (--routing: uniform, or zipf:S); real routers vary by layer and prompt");
   if (!m.windows.empty()) n.push_back("sliding-window layers read at most their window of the KV cache, and keep only it");
   if (m.quantization) n.push_back("dequantization work inside the GEMMs: no FLOPs counted");
+  if (!m.chunks.empty())
+    n.push_back("chunked layers attend within their chunk only; each keeps at most one chunk of KV cache");
+  if (f == "llama4" || f == "llama4_text")
+    n.push_back("Llama 4's weightless L2 q/k norm and attention temperature tuning: elementwise, not costed; the vision "
+                "encoder (in the published 109B of Scout) is not counted");
   if (m.uses_mla())
     n.push_back("MLA: decode attention in the absorbed form (queries moved into the latent space by W_UK, the "
                 "latent cache read once for all heads, W_UV after), prefill in the expanded form (kv_b_proj makes "
@@ -264,7 +319,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (!supported_families().count(m.model_type))
     throw InputError(origin + ": model_type \"" + m.model_type + "\" is not supported; supported families: " +
                      join(supported_families()));
-  const auto j = text_part(top, m.model_type);
+  const auto j = text_part(top, m.model_type, origin);
   m.hidden = require_positive(j, "hidden_size", origin);
   m.intermediate = require_positive(j, "intermediate_size", origin);
   m.layers = require_positive(j, "num_hidden_layers", origin);
@@ -304,6 +359,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       if (w > m.max_position)
         throw InputError(origin + ": sliding_window " + std::to_string(w) + " is larger than max_position_embeddings " +
                          std::to_string(m.max_position));
+  read_chunks(m, j, origin);
   read_moe(m, j, origin);
   read_quantization(m, top, origin);
   if (m.quantization) check_weight_format(m, *m.quantization, m.not_quantized, origin);

@@ -118,14 +118,21 @@ std::uint64_t causal_pairs(std::uint64_t S, std::uint64_t window) {
   return add(mul(window, window + 1, "attention pairs") / 2, mul(S - window, window, "attention pairs"));
 }
 
+std::uint64_t chunked_causal_pairs(std::uint64_t S, std::uint64_t chunk) {
+  if (chunk == 0) return causal_pairs(S, 0);
+  const auto r = S % chunk;
+  return add(mul(S / chunk, causal_pairs(chunk, 0), "attention pairs"), causal_pairs(r, 0), "attention pairs");
+}
+
 OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a, std::uint64_t window,
-                              std::uint64_t v_dim) {
+                              std::uint64_t v_dim, std::uint64_t chunk) {
   const auto Dv = v_dim ? v_dim : s.D;
   OpCost r;
   // Causal: query i attends to i+1 keys (at most `window`); QK^T is 2 FLOPs per
   // (query, key, d) over D and PV over Dv: 2*B*Hq*(D + Dv) * pairs, which is
   // 2*B*Hq*D*S*(S+1) when Dv = D and there is no window.
-  r.flops = mul({2, s.B, s.Hq, s.D + Dv, causal_pairs(s.S, window)}, "prefill attention FLOPs");
+  const auto pairs = chunk ? chunked_causal_pairs(s.S, chunk) : causal_pairs(s.S, window);
+  r.flops = mul({2, s.B, s.Hq, s.D + Dv, pairs}, "prefill attention FLOPs");
   r.bytes.activations = mul({a, s.B, s.S, add(mul(s.D, s.Hq + s.Hkv), mul(Dv, s.Hkv))}, "prefill attention input bytes");
   r.bytes.writes = mul({a, s.B, s.S, Dv, s.Hq}, "prefill attention output bytes");
   return r;

@@ -393,3 +393,33 @@ TEST(Models, UnknownModelAndMissingFile) {
   EXPECT_THROW(load_model(""), InputError);
   EXPECT_THROW(load_model("/nonexistent/config.json"), InputError);
 }
+
+TEST(Models, Llama4ChunkedAttentionAndInterleavedExperts) {
+  // Llama-4-Scout-17B-16E's text_config (a trimmed copy of the Instruct config:
+  // every field the language model uses). Published: 17B active, 109B total,
+  // which counts the 0.87B vision encoder this model leaves out.
+  const auto m = load_model(std::string(PHASEBENCH_TEST_DATA_DIR) + "/llama-4-scout-17b-16e-text.json");
+  EXPECT_EQ(m.model_type, "llama4");
+  EXPECT_EQ(parameter_count(m), 107769861120ull);
+  EXPECT_EQ(active_parameter_count(m), 17172894720ull);  // shared + 1 routed expert, embedding and head included
+  EXPECT_TRUE(rounds_to(active_parameter_count(m), "17B"));
+  EXPECT_EQ(std::count(m.moe_layers.begin(), m.moe_layers.end(), true), 48);  // interleave_moe_layer_step 1
+  // Every fourth layer is NoPE and global; the other 36 attend within 8192-token chunks.
+  for (std::uint64_t i = 0; i < m.layers; ++i) EXPECT_EQ(m.chunks[i], (i + 1) % 4 ? 8192u : 0u) << i;
+  // KV at 20000 tokens: 12 global layers keep all of it, 36 chunked ones one chunk.
+  const std::uint64_t per_token_layer = 2ull * 8 * 128 * 2;
+  EXPECT_EQ(kv_cache_bytes(m, 20000, 1, 2), per_token_layer * (12 * 20000 + 36 * 8192));
+  EXPECT_EQ(chunked_causal_pairs(20000, 8192), 2 * (8192ull * 8193 / 2) + 3616ull * 3617 / 2);
+  // Decode at context 20000: a chunked layer reads the 20000 mod 8192 = 3616 tokens of its chunk.
+  const auto p = Precision::from(DType::bf16, DType::bf16);
+  std::uint64_t kv = 0;
+  for (const auto& op : step_ops(m, {Phase::decode, 1, 1, 20000}, p)) kv += op.cost.bytes.kv_cache * op.count;
+  EXPECT_EQ(kv, per_token_layer * (12 * 20000 + 36 * 3616));
+  // Bad: no text_config, a chunk beyond the context limit.
+  EXPECT_NE(error_of(R"({"model_type": "llama4"})").find("needs its \"text_config\""), std::string::npos);
+  const std::string big = R"({"model_type": "llama4", "text_config": {"hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 100, "num_local_experts": 4,
+    "attention_chunk_size": 8192, "max_position_embeddings": 4096}})";
+  EXPECT_NE(error_of(big).find("attention_chunk_size 8192 is larger than max_position_embeddings 4096"), std::string::npos)
+      << error_of(big);
+}

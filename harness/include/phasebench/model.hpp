@@ -13,18 +13,21 @@
 
 namespace phasebench {
 
-// What may differ between the layers of one model: the attention window (0:
-// full attention) and whether the MLP is a mixture of experts.
+// What may differ between the layers of one model: the attention's reach
+// (a sliding window of `window` tokens, or Llama 4's chunks of `chunk` tokens
+// where a query sees only the earlier tokens of its own chunk; 0 and 0: full
+// attention) and whether the MLP is a mixture of experts.
 struct LayerKind {
   std::uint64_t window = 0;
+  std::uint64_t chunk = 0;
   bool moe = false;
-  bool operator==(const LayerKind& o) const { return window == o.window && moe == o.moe; }
+  bool operator==(const LayerKind& o) const { return window == o.window && chunk == o.chunk && moe == o.moe; }
 };
 
 struct ModelConfig {
   std::string name;        // short name, or the file's stem for a path
   std::string source;      // the file it was read from
-  std::string model_type;  // llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v2/v3, gemma, gemma2, gemma3, phi3, gpt_oss
+  std::string model_type;  // llama, llama4, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v2/v3, gemma, gemma2, gemma3, phi3, gpt_oss
   std::uint64_t hidden = 0;        // h
   std::uint64_t intermediate = 0;  // I (of the dense MLP; of each expert when every layer is MoE)
   std::uint64_t layers = 0;
@@ -44,6 +47,8 @@ struct ModelConfig {
   bool fused_gate_up_checkpoint = false;  // the checkpoint stores one gate_up_proj (phi3)
   // Per layer: the sliding window in tokens (0: full attention). Empty: all full.
   std::vector<std::uint64_t> windows;
+  // Per layer: the attention chunk in tokens (llama4's chunked local attention; 0: none). Empty: none.
+  std::vector<std::uint64_t> chunks;
   // Mixture of experts (experts == 0: a dense model): each MoE layer routes every
   // token to `experts_per_token` of `experts` experts of width expert_intermediate,
   // beside a shared expert of width shared_intermediate (0: none).
@@ -102,7 +107,7 @@ std::uint64_t layer_parameter_count(const ModelConfig& m, const LayerKind& kind 
 // Bytes of all weights stored as `p` says (quantized linear layers with their scales).
 std::uint64_t weight_bytes(const ModelConfig& m, const Precision& p);
 // KV-cache bytes of `batch` sequences of `context` tokens: a sliding-window layer
-// keeps at most its window.
+// keeps at most its window, a chunked layer at most one chunk.
 std::uint64_t kv_cache_bytes(const ModelConfig& m, std::uint64_t context, std::uint64_t batch, std::uint64_t c);
 // Per token of context while no window is full (all layers).
 std::uint64_t kv_bytes_per_token(const ModelConfig& m, std::uint64_t c);

@@ -83,11 +83,15 @@ struct PrefillAttentionShape {
 // (itself and the window - 1 before it).
 // `v_dim` > 0: values of another width than queries and keys (DeepSeek's expanded
 // MLA prefill: q/k dim D = nope + rope, v dim v_head_dim).
+// `chunk` > 0: chunked local attention (Llama 4), queries see only the earlier
+// tokens of their own chunk.
 OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a, std::uint64_t window = 0,
-                              std::uint64_t v_dim = 0);
+                              std::uint64_t v_dim = 0, std::uint64_t chunk = 0);
 // Query-key pairs of causal attention over S tokens with a window (0: none):
 // S(S+1)/2 without, W(W+1)/2 + (S-W)W when S > W.
 std::uint64_t causal_pairs(std::uint64_t S, std::uint64_t window);
+// The same within chunks of C tokens: floor(S/C) * C(C+1)/2 + r(r+1)/2, r = S mod C.
+std::uint64_t chunked_causal_pairs(std::uint64_t S, std::uint64_t chunk);
 
 // Multi-head latent attention (DeepSeek-V2/V3): the cache keeps one latent per
 // token and layer, R = kv_lora_rank compressed K/V plus P = qk_rope_head_dim of

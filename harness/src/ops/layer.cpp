@@ -94,8 +94,9 @@ PHASEBENCH_DECLARE_OPS(layer) {
         std::vector<Point> pts;
         if (sc.impls(layer_request(m, Phase::decode, 1, 1, sc.dtype), false).empty()) return pts;
         // The whole-layer op is a dense, full-attention layer: models with other
-        // layers (experts, windows, q/k norms, sinks, MLA) have no whole-layer points.
-        if (m.experts || !m.windows.empty() || m.qk_norm || m.attention_sinks || m.uses_mla()) return pts;
+        // layers (experts, windows, chunks, q/k norms, sinks, MLA) have no whole-layer points.
+        if (m.experts || !m.windows.empty() || !m.chunks.empty() || m.qk_norm || m.attention_sinks || m.uses_mla())
+          return pts;
         auto add_point = [&](Phase ph, std::uint64_t B, std::uint64_t n) {
           const bool prefill = ph == Phase::prefill;
           auto p = make_point(std::string(to_string(ph)), "layer", m.name, "", m.name, layer_request(m, ph, B, n, sc.dtype),
