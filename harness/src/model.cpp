@@ -449,6 +449,10 @@ void add_attention_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const St
     attention = {"attention", "decode_attention", att.shape(), decode_attention_cost(att, p.c, p.a)};
   }
   attention.variant = window;
+  if (m.attention_sinks) {  // gpt-oss: one learned logit per head joins each softmax (its FLOPs: a few per row, not counted)
+    attention.cost.bytes.weights = add(attention.cost.bytes.weights, mul(m.heads, p.w), "sink bytes");
+    attention.shape.set("sinks", 1);
+  }
   ops.push_back(attention);
   ops.push_back(make_linear("o_proj", M, h, m.heads * D, p));
 }

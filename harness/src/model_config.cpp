@@ -283,7 +283,8 @@ std::vector<std::string> family_notes(const ModelConfig& m) {
   if (f.rfind("gemma", 0) == 0)
     n.push_back("Gemma's logit soft-capping, (1 + w) norm scales and sqrt(h) embedding scale: elementwise, no FLOPs");
   if (m.qk_norm) n.push_back("q/k RMSNorm over head_dim: bytes counted, no FLOPs");
-  if (m.attention_sinks) n.push_back("attention sinks: one extra logit per head, no FLOPs counted");
+  if (m.attention_sinks)
+    n.push_back("attention sinks: one extra logit per head in every softmax (its weights read, its few FLOPs not counted)");
   if (m.experts)
     n.push_back("routing: the expected number of distinct experts a step touches, with every token's top-" +
                 std::to_string(m.experts_per_token) +
