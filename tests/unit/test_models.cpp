@@ -67,7 +67,9 @@ TEST(Models, ExactCountsOfThe2026Families) {
   EXPECT_EQ(weight_bytes(g, p), 13761264768ull);
   // Its attention reads the 64 sink logits of the layer (bf16).
   for (const auto& op : step_ops(g, {Phase::decode, 1, 1, 1024}, p))
-    if (op.name == "attention") EXPECT_EQ(op.cost.bytes.weights, 64u * 2) << op.variant;
+    if (op.name == "attention") {
+      EXPECT_EQ(op.cost.bytes.weights, 64u * 2) << op.variant;
+    }
   // Gemma 3: the 4B's sparse text_config takes Gemma3TextConfig's defaults; tied.
   const auto g4 = load_model(std::string(PHASEBENCH_TEST_DATA_DIR) + "/gemma-3-4b-it.json");
   EXPECT_EQ(g4.heads, 8u);
