@@ -15,6 +15,12 @@ inline constexpr std::uint64_t kMaxGemvBatch = 16;
 // or fp16), fp32 accumulation. Every weight byte is read once per call.
 void decode_gemv(const void* X, const void* W, void* Y, std::uint64_t M, std::uint64_t N, std::uint64_t K, DType t);
 
+// The same with W weight-only int4 (ops/linear_int4.hpp's packed layout, groups
+// of G = 32..256 along K), X and Y bf16, fp32 accumulation.
+void decode_gemv_int4(const std::uint16_t* X, const std::uint8_t* q, const std::uint16_t* scales,
+                      const std::uint8_t* zeros, std::uint16_t* Y, std::uint64_t M, std::uint64_t N, std::uint64_t K,
+                      std::uint64_t G);
+
 // Decode attention, one query token per sequence. q, out: [B, Hq, D].
 // Contiguous: k, v: [B, Hkv, L, D]. Paged: k, v pools [pages, Hkv, P, D] and
 // block_table [B, pages_per_seq] (int32 page ids). Element type `t`.

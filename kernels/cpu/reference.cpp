@@ -90,6 +90,29 @@ void fill_random(void* data, DType t, std::size_t n, std::uint64_t seed, float s
   }
 }
 
+void fill_int4(std::uint8_t* q, std::uint16_t* scales, std::uint8_t* zeros, std::size_t N, std::size_t K, std::size_t G,
+               std::uint64_t seed) {
+  auto byte = [](std::uint64_t sd, std::uint64_t i) { return static_cast<std::uint8_t>(numeric::mix64(sd ^ numeric::mix64(i)) >> 24); };
+  const std::size_t groups = N * (K / G);
+  for (std::size_t i = 0; i < N * K / 2; ++i) q[i] = byte(seed, i);
+  for (std::size_t i = 0; i < groups; ++i)
+    scales[i] = numeric::float_to_bf16(std::fabs(numeric::random_value(seed + 1, i, 0.125f)));
+  for (std::size_t i = 0; i < (groups + 1) / 2; ++i) zeros[i] = byte(seed + 2, i);
+}
+
+std::vector<float> int4_weight_row(const std::uint8_t* q, const std::uint16_t* scales, const std::uint8_t* zeros,
+                                   std::size_t n, std::size_t K, std::size_t G) {
+  std::vector<float> w(K);
+  for (std::size_t k = 0; k < K; ++k) {
+    const std::uint8_t b = q[n * (K / 2) + k / 2];
+    const int qv = (k % 2 == 0) ? (b & 0xF) : (b >> 4);
+    const std::size_t gi = n * (K / G) + k / G;
+    const int zv = (gi % 2 == 0) ? (zeros[gi / 2] & 0xF) : (zeros[gi / 2] >> 4);
+    w[k] = static_cast<float>(qv - zv) * numeric::bf16_to_float(scales[gi]);
+  }
+  return w;
+}
+
 double linear_element(const float* X, const float* W, std::size_t K, std::size_t m, std::size_t n, double* abs_sum) {
   double acc = 0, abs_acc = 0;
   const float* x = X + m * K;

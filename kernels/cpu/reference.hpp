@@ -24,6 +24,15 @@ void fill_random(void* data, DType t, std::size_t n, std::uint64_t seed, float s
 // and, in *abs_sum, sum |x*w| for the tolerance.
 double linear_element(const float* X, const float* W, std::size_t K, std::size_t m, std::size_t n, double* abs_sum);
 
+// Weight-only int4 (ops/linear_int4.hpp's layout: q [N][K/2] nibbles, bf16
+// scales [N][K/G], 4-bit zeros packed over n*(K/G)+g): fill_int4 writes seeded
+// random weights, scales near 1/8 and zeros; int4_weight_row dequantizes row n
+// to K floats, (q - z) * s.
+void fill_int4(std::uint8_t* q, std::uint16_t* scales, std::uint8_t* zeros, std::size_t N, std::size_t K, std::size_t G,
+               std::uint64_t seed);
+std::vector<float> int4_weight_row(const std::uint8_t* q, const std::uint16_t* scales, const std::uint8_t* zeros,
+                                   std::size_t n, std::size_t K, std::size_t G);
+
 // One query head of decode attention: out[D] = softmax(q.K^T * scale) V over
 // L keys; key(l) and value(l) return pointers to the D floats of token l.
 void decode_attention_head(const float* q, std::size_t L, std::size_t D, float scale,

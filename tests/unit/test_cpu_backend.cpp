@@ -10,6 +10,7 @@
 #include "phasebench/ops/attention.hpp"
 #include "phasebench/ops/kv_append.hpp"
 #include "phasebench/ops/linear.hpp"
+#include "phasebench/ops/linear_int4.hpp"
 
 using namespace phasebench;
 
@@ -41,6 +42,28 @@ TEST(CpuBackend, GemvMatchesReferenceForEveryBatch) {
       auto op = b->prepare(linear(M, 67, 136, t, Impl::own));  // odd N, K not a multiple of 16
       EXPECT_NO_THROW(op->verify()) << to_string(t) << " M=" << M;
     }
+}
+
+TEST(CpuBackend, Int4GemvMatchesReference) {
+  // Tails: odd N; K of 3 groups (not a multiple of 128 or 256 for G = 32); groups
+  // of 32 (the scalar widening path's edge) to 256; every batch.
+  auto b = make_cpu_backend();
+  for (std::uint64_t G : {32u, 64u, 128u, 256u})
+    for (std::uint64_t M : {1u, 2u, 3u, 5u, 8u, 16u}) {
+      auto op = b->prepare(linear_int4_request({M, 67, 3 * G}, G, Impl::own));
+      EXPECT_NO_THROW(op->verify()) << "G=" << G << " M=" << M;
+    }
+  // The weights' bytes are the packed layout's, exactly WeightFormat int4's.
+  const Int4Layout l{4096, 14336, 128};
+  EXPECT_EQ(l.total_bytes(), int4_weight_format(128).bytes(4096, 14336));
+  EXPECT_EQ(linear_int4_request({1, 4096, 14336}, 128, Impl::own).cost().bytes.weights, l.total_bytes());
+  const Int4Layout odd{3, 96, 32};  // 9 zero points: 5 bytes
+  EXPECT_EQ(odd.zero_bytes(), 5u);
+  EXPECT_EQ(odd.total_bytes(), int4_weight_format(32).bytes(3, 96));
+  // Bad shapes: a group that does not divide K, a group size not offered; batch over 16.
+  EXPECT_THROW(linear_int4_request({1, 64, 200}, 128, Impl::own), InputError);
+  EXPECT_THROW(linear_int4_request({1, 64, 384}, 96, Impl::own), InputError);
+  EXPECT_TRUE(b->cannot_run(linear_int4_request({17, 64, 128}, 128, Impl::own)).has_value());
 }
 
 TEST(CpuBackend, BlasLinearMatchesReference) {

@@ -1,0 +1,92 @@
+// The weight-only int4 linear layer (ops/linear_int4.hpp): 2MNK FLOPs; bytes: the
+// packed weights, scales and zero points exactly (WeightFormat int4), X read and
+// Y written in bf16; its roofline uses bf16 compute (the weights are widened).
+// One sweep group: each projection's decode GEMV at --decode-batches up to 16,
+// beside the bf16 GEMV of decode_linear on the same shapes.
+#include "phasebench/ops/linear_int4.hpp"
+
+#include <algorithm>
+
+#include "phasebench/checked.hpp"
+#include "phasebench/error.hpp"
+
+namespace phasebench {
+
+std::uint64_t Int4Layout::q_bytes() const { return mul(N, K / 2, "int4 weight bytes"); }
+std::uint64_t Int4Layout::scale_bytes() const { return mul({N, groups_per_row(), 2}, "int4 scale bytes"); }
+std::uint64_t Int4Layout::zero_bytes() const {
+  const auto z = mul(N, groups_per_row(), "int4 zero points");
+  return z / 2 + z % 2;
+}
+
+WeightFormat int4_weight_format(std::uint64_t group) {
+  WeightFormat f = WeightFormat::parse("int4");
+  f.group = group;
+  f.name = "int4 (groups of " + std::to_string(group) + ", bf16 scale + 4-bit zero)";
+  return f;
+}
+
+void check_int4_shape(const LinearShape& s, std::uint64_t group) {
+  if (group != 32 && group != 64 && group != 128 && group != 256)
+    throw InputError("int4 group size " + std::to_string(group) + ": use 32, 64, 128 or 256");
+  if (s.K % group != 0)
+    throw InputError("int4 group size " + std::to_string(group) + " does not divide K = " + std::to_string(s.K));
+}
+
+OpRequest linear_int4_request(const LinearShape& s, std::uint64_t group, Impl impl, std::uint64_t seed) {
+  check_int4_shape(s, group);
+  OpRequest r;
+  r.kind = kLinearInt4;
+  r.dtype = DType::bf16;  // activations; the weights are int4
+  r.impl = impl;
+  r.shape = s.shape();
+  r.params.set("group", group);
+  r.seed = seed;
+  r.phase = Phase::decode;
+  return r;
+}
+
+namespace {
+
+OpCost cost(const OpRequest& r) {
+  return linear_cost(LinearShape::of(r.shape), int4_weight_format(r.params["group"]), 2, 2);
+}
+
+}  // namespace
+
+}  // namespace phasebench
+
+PHASEBENCH_DECLARE_OPS(linear_int4) {
+  using namespace phasebench;
+  registry.declare(OpDecl{kLinearInt4, {"M", "N", "K"}, {"group"}, cost,
+                          [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
+  registry.axis(AxisDecl{"int4_group", "--int4-group", "PHASEBENCH_INT4_GROUP",
+                         "weights per scale and zero point of the int4 GEMV (32, 64, 128 or 256)", true, {128}, {128},
+                         [](const std::vector<std::uint64_t>& v) {
+                           for (auto g : v) check_int4_shape({1, 1, g}, g);
+                         }});
+  registry.group(SweepGroup{
+      "decode_linear_int4",
+      "weight-only int4 decode GEMVs of each projection over --decode-batches up to 16 (bf16 activations; compare "
+      "with decode_linear's bf16 rows)",
+      25, SweepGroup::Models::linear, [](const SweepScope& sc) {
+        std::vector<Point> pts;
+        if (sc.dtype != DType::bf16) return pts;  // int4 weights with bf16 activations only
+        const ModelConfig& m = *sc.model;
+        const auto G = sc.axes->one("int4_group");
+        const bool all_moe =
+            !m.moe_layers.empty() && std::all_of(m.moe_layers.begin(), m.moe_layers.end(), [](bool b) { return b; });
+        for (auto B : (*sc.axes)["decode_batches"]) {
+          if (B > 16) continue;
+          for (const auto& lin : linear_ops(m, B, Precision::from(DType::bf16, DType::bf16), all_moe)) {
+            const auto s = LinearShape::of(lin.shape);
+            if (s.K % G != 0) continue;  // a projection this group size does not fit
+            OpRequest r = linear_int4_request(s, G, Impl::own);
+            if (sc.impls(r, false).empty()) continue;
+            pts.push_back(make_point("decode", "gemv_int4", m.name, lin.name, m.name + "." + lin.name, r,
+                                     {{"batch", B, "batch"}, {"group", G, "group"}}, true));
+          }
+        }
+        return pts;
+      }});
+}

@@ -1,0 +1,157 @@
+// Weight-only int4 decode GEMV on the CPU: Y[M,N] = X[M,K] W^T with W in the
+// packed int4 layout of ops/linear_int4.hpp, w = (q - z) * s per group of G.
+// Per row and group: sum_k w_k x_k = s * (sum_k q_k x_k - z * sum_k x_k), so the
+// group's q are widened to floats once (into L1) and dotted with each of the M
+// rows of X, whose per-group sums are computed once per call. Threads split W's
+// rows so every packed byte is streamed from memory once.
+#include <omp.h>
+
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "common/numeric.hpp"
+#include "cpu/cpu_kernels.hpp"
+#include "cpu/cpu_op.hpp"
+#include "cpu/reference.hpp"
+#include "cpu/simd.hpp"
+#include "phasebench/checked.hpp"
+#include "phasebench/error.hpp"
+#include "phasebench/ops/linear_int4.hpp"
+
+namespace phasebench::cpu {
+
+namespace {
+
+constexpr std::uint64_t kMaxGroup = 256;
+
+// The G/2 packed bytes of one group as G floats 0..15, in k order.
+inline void widen_group(const std::uint8_t* q, float* out, std::uint64_t G) {
+  std::uint64_t k = 0;
+#ifdef PB_CPU_AVX2
+  const __m128i low = _mm_set1_epi8(0x0F);
+  for (; k + 32 <= G; k += 32) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k / 2));
+    const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+    // Even k in the low nibbles, odd k in the high ones: interleave back to k order.
+    const __m128i a = _mm_unpacklo_epi8(lo, hi), c = _mm_unpackhi_epi8(lo, hi);
+    _mm256_storeu_ps(out + k, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(a)));
+    _mm256_storeu_ps(out + k + 8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8))));
+    _mm256_storeu_ps(out + k + 16, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c)));
+    _mm256_storeu_ps(out + k + 24, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(c, 8))));
+  }
+#endif
+  for (; k < G; k += 2) {
+    out[k] = static_cast<float>(q[k / 2] & 0xF);
+    out[k + 1] = static_cast<float>(q[k / 2] >> 4);
+  }
+}
+
+}  // namespace
+
+void decode_gemv_int4(const std::uint16_t* X, const std::uint8_t* q, const std::uint16_t* scales,
+                      const std::uint8_t* zeros, std::uint16_t* Y, std::uint64_t M, std::uint64_t N, std::uint64_t K,
+                      std::uint64_t G) {
+  if (M == 0 || M > kMaxGemvBatch)
+    throw Unsupported("CPU int4 GEMV handles batch 1 to " + std::to_string(kMaxGemvBatch));
+  if (G == 0 || G > kMaxGroup || G % 32 != 0 || K % G != 0)
+    throw Unsupported("CPU int4 GEMV needs a group size of 32 to 256 that divides K");
+  const std::uint64_t groups = K / G;
+  // X is tiny: decode it to fp32 once, with its per-group sums.
+  std::vector<float> Xf(M * K), xsum(M * groups, 0.0f);
+  for (std::uint64_t i = 0; i < M * K; ++i) Xf[i] = numeric::bf16_to_float(X[i]);
+  for (std::uint64_t m = 0; m < M; ++m)
+    for (std::uint64_t k = 0; k < K; ++k) xsum[m * groups + k / G] += Xf[m * K + k];
+#pragma omp parallel
+  {
+    alignas(32) std::array<float, kMaxGroup> wq{};
+    std::array<float, kMaxGemvBatch> acc{};
+#pragma omp for schedule(dynamic, 16)
+    for (std::uint64_t n = 0; n < N; ++n) {
+      acc.fill(0.0f);
+      const std::uint8_t* qrow = q + n * (K / 2);
+      for (std::uint64_t g = 0; g < groups; ++g) {
+        const std::uint64_t gi = n * groups + g;
+        const float s = numeric::bf16_to_float(scales[gi]);
+        const float z = static_cast<float>(gi % 2 == 0 ? (zeros[gi / 2] & 0xF) : (zeros[gi / 2] >> 4));
+        widen_group(qrow + g * (G / 2), wq.data(), G);
+        for (std::uint64_t m = 0; m < M; ++m)
+          acc[m] += s * (simd::dot(wq.data(), Xf.data() + m * K + g * G, G) - z * xsum[m * groups + g]);
+      }
+      for (std::uint64_t m = 0; m < M; ++m) Y[m * N + n] = numeric::float_to_bf16(acc[m]);
+    }
+  }
+}
+
+namespace {
+
+// The int4 linear operation on the CPU: packed weights, scales and zeros, bf16 X and Y.
+class CpuLinearInt4 final : public CpuOp {
+ public:
+  explicit CpuLinearInt4(const OpRequest& r)
+      : CpuOp(r.footprint_bytes()), r_(r), s_(LinearShape::of(r.shape)), G_(r.params["group"]) {
+    const Int4Layout l{s_.N, s_.K, G_};
+    X_ = HostBuffer(mul({s_.M, s_.K, 2}));
+    Q_ = HostBuffer(l.q_bytes());
+    S_ = HostBuffer(l.scale_bytes());
+    Z_ = HostBuffer(l.zero_bytes());
+    Y_ = HostBuffer(mul({s_.M, s_.N, 2}));
+    fill(X_, DType::bf16, s_.M * s_.K, r.seed + 1);
+    reference::fill_int4(Q_.as<std::uint8_t>(), S_.as<std::uint16_t>(), Z_.as<std::uint8_t>(), s_.N, s_.K, G_, r.seed + 2);
+    std::memset(Y_.get(), 0, Y_.bytes());
+    for (const HostBuffer* b : {&X_, &Q_, &S_, &Z_, &Y_}) track(b->get(), b->bytes());
+  }
+
+  void run() override {
+    decode_gemv_int4(X_.as<std::uint16_t>(), Q_.as<std::uint8_t>(), S_.as<std::uint16_t>(), Z_.as<std::uint8_t>(),
+                     Y_.as<std::uint16_t>(), s_.M, s_.N, s_.K, G_);
+  }
+
+  void verify() override {
+    run();
+    std::vector<float> got;
+    std::vector<double> want, scale;
+    for (auto [m, n] : sample_positions(s_.M, s_.N, 2048, r_.seed)) {
+      const auto x = reference::to_float(X_.as<std::uint16_t>() + m * s_.K, DType::bf16, s_.K);
+      const auto w = reference::int4_weight_row(Q_.as<std::uint8_t>(), S_.as<std::uint16_t>(), Z_.as<std::uint8_t>(), n,
+                                                s_.K, G_);
+      double abs_sum = 0;
+      want.push_back(reference::linear_element(x.data(), w.data(), s_.K, 0, 0, &abs_sum));
+      scale.push_back(abs_sum);
+      got.push_back(reference::to_float(Y_.as<std::uint16_t>() + m * s_.N + n, DType::bf16, 1)[0]);
+    }
+    reference::check_close(got, want, reference::tolerance_for(DType::bf16),
+                           "int4 linear (M=" + std::to_string(s_.M) + " N=" + std::to_string(s_.N) +
+                               " K=" + std::to_string(s_.K) + " G=" + std::to_string(G_) + ")",
+                           &scale);
+  }
+
+  std::vector<float> output_values() override { return reference::to_float(Y_.get(), DType::bf16, s_.M * s_.N); }
+
+ private:
+  OpRequest r_;
+  LinearShape s_;
+  std::uint64_t G_;
+  HostBuffer X_, Q_, S_, Z_, Y_;
+};
+
+}  // namespace
+
+}  // namespace phasebench::cpu
+
+PHASEBENCH_CPU_OPS(gemv_int4) {
+  using namespace phasebench;
+  using namespace phasebench::cpu;
+  registry.add({kLinearInt4, Impl::own, [](DType t, const CpuEnv&) { return t == DType::bf16; }, {},
+                [](const OpRequest& r, const CpuEnv&) -> std::optional<std::string> {
+                  const auto s = LinearShape::of(r.shape);
+                  const auto G = r.params["group"];
+                  if (s.M == 0 || s.M > kMaxGemvBatch)
+                    return "the int4 GEMV handles batch 1 to " + std::to_string(kMaxGemvBatch);
+                  if (G % 32 != 0 || G > 256 || s.K % G != 0) return "the int4 GEMV needs a group of 32 to 256 dividing K";
+                  return std::nullopt;
+                },
+                {}, [](CpuEnv&, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
+                  return std::make_unique<CpuLinearInt4>(r);
+                }});
+}
