@@ -135,6 +135,8 @@ TEST(CliSafety, UsageErrorsExitTwoAndWriteNothing) {
            {"--benchmark_repetitions=0", "--benchmark_repetitions=0: give a whole number of 1 or more"},
            {"--decode-batches=-4", "'-4' is not a positive integer"},
            {"--page-size -16", "'-16' is not a positive integer"},
+           {"--int4-batches 17", "--int4-batches takes batches of 1 to 16, got 17"},
+           {"--int4-group 48", "int4 group size 48: use 32, 64, 128 or 256"},
            {"--no-such-flag", "no-such-flag"},
            {"--decode-batches", "decode-batches"},
        }) {

@@ -1,7 +1,7 @@
 // The weight-only int4 linear layer (ops/linear_int4.hpp): 2MNK FLOPs; bytes: the
 // packed weights, scales and zero points exactly (WeightFormat int4), X read and
 // Y written in bf16; its roofline uses bf16 compute (the weights are widened).
-// One sweep group: each projection's decode GEMV at --decode-batches up to 16,
+// One sweep group: each projection's decode GEMV at --int4-batches (1 to 16),
 // beside the bf16 GEMV of decode_linear on the same shapes.
 #include "phasebench/ops/linear_int4.hpp"
 
@@ -60,6 +60,13 @@ PHASEBENCH_DECLARE_OPS(linear_int4) {
   using namespace phasebench;
   registry.declare(OpDecl{kLinearInt4, {"M", "N", "K"}, {"group"}, cost,
                           [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
+  registry.axis(AxisDecl{"int4_batches", "--int4-batches", "PHASEBENCH_INT4_BATCHES",
+                         "int4 decode GEMV batch sizes (1 to 16)", false, {1, 2, 4, 8, 16}, {1, 4, 16},
+                         [](const std::vector<std::uint64_t>& v) {
+                           for (auto b : v)
+                             if (b < 1 || b > 16)
+                               throw InputError("--int4-batches takes batches of 1 to 16, got " + std::to_string(b));
+                         }});
   registry.axis(AxisDecl{"int4_group", "--int4-group", "PHASEBENCH_INT4_GROUP",
                          "weights per scale and zero point of the int4 GEMV (32, 64, 128 or 256)", true, {128}, {128},
                          [](const std::vector<std::uint64_t>& v) {
@@ -67,8 +74,8 @@ PHASEBENCH_DECLARE_OPS(linear_int4) {
                          }});
   registry.group(SweepGroup{
       "decode_linear_int4",
-      "weight-only int4 decode GEMVs of each projection over --decode-batches up to 16 (bf16 activations; compare "
-      "with decode_linear's bf16 rows)",
+      "weight-only int4 decode GEMVs of each projection over --int4-batches (bf16 activations; compare with "
+      "decode_linear's bf16 rows)",
       25, SweepGroup::Models::linear, [](const SweepScope& sc) {
         std::vector<Point> pts;
         if (sc.dtype != DType::bf16) return pts;  // int4 weights with bf16 activations only
@@ -76,8 +83,7 @@ PHASEBENCH_DECLARE_OPS(linear_int4) {
         const auto G = sc.axes->one("int4_group");
         const bool all_moe =
             !m.moe_layers.empty() && std::all_of(m.moe_layers.begin(), m.moe_layers.end(), [](bool b) { return b; });
-        for (auto B : (*sc.axes)["decode_batches"]) {
-          if (B > 16) continue;
+        for (auto B : (*sc.axes)["int4_batches"]) {
           for (const auto& lin : linear_ops(m, B, Precision::from(DType::bf16, DType::bf16), all_moe)) {
             const auto s = LinearShape::of(lin.shape);
             if (s.K % G != 0) continue;  // a projection this group size does not fit
