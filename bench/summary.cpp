@@ -1,6 +1,6 @@
 // The summary a run ends with (and `phasebench summary FILE` prints): fraction
-// of roofline per phase and op, paging's cost, the decode linear crossings and
-// whole layers measured against the analytical model.
+// of roofline per phase and op, paging's cost, the decode linear crossings, what
+// int4 weights buy over bf16, and whole layers measured against the analytical model.
 #include "summary.hpp"
 
 #include <fmt/format.h>
@@ -35,6 +35,9 @@ struct Collected {
   // keyed by model, dtype, cache mode and shape; paged points by page size.
   std::map<std::string, double> contiguous_time;
   std::map<std::string, std::map<std::uint64_t, double>> paged_time;
+  // Our decode GEMVs on the same projection and batch: bf16 and int4 weights,
+  // median times keyed by "model.target" and batch.
+  std::map<std::pair<std::string, std::uint64_t>, double> gemv_bf16_time, gemv_int4_time;
   // Points above their roofline: name, fraction, likely cause (fixture.cpp).
   std::vector<std::tuple<std::string, double, std::string>> above;
 };
@@ -54,6 +57,15 @@ void collect_attention_time(const nlohmann::json& p, Collected& c) {
     c.paged_time[key][p.value("args", nlohmann::json::object()).value("page_size", std::uint64_t{0})] = t;
 }
 
+void collect_gemv_time(const nlohmann::json& p, Collected& c) {
+  const auto op = p.value("op", "");
+  if (p.value("phase", "") != "decode" || p.value("impl", "") != "own" || p.value("dtype", "") != "bf16") return;
+  if ((op != "gemv" && op != "gemv_int4") || !p.contains("time")) return;
+  const std::pair<std::string, std::uint64_t> key{p.value("model", "") + "." + p.value("target", ""),
+                                                  p.value("args", nlohmann::json::object()).value("batch", std::uint64_t{0})};
+  (op == "gemv" ? c.gemv_bf16_time : c.gemv_int4_time)[key] = p.at("time").at("median_s").get<double>();
+}
+
 Collected collect(const nlohmann::json& results) {
   Collected c;
   for (const auto* entry : standing_points(results)) {
@@ -68,6 +80,7 @@ Collected collect(const nlohmann::json& results) {
       l["name"] = b.value("name", "");
       c.layers.push_back(std::move(l));
     }
+    if (status == "ok") collect_gemv_time(p, c);
     if (status != "ok" || !p.contains("roofline")) continue;
     const auto& r = p.at("roofline");
     if (r.at("fraction_of_roofline").is_number()) g.fractions.push_back(r.at("fraction_of_roofline").get<double>());
@@ -80,6 +93,21 @@ Collected collect(const nlohmann::json& results) {
     collect_attention_time(p, c);
   }
   return c;
+}
+
+// What int4 weights buy: our int4 GEMV against our bf16 GEMV on the same shapes.
+std::string int4_section(const Collected& c) {
+  std::string rows;
+  for (const auto& [key, t4] : c.gemv_int4_time) {
+    const auto b = c.gemv_bf16_time.find(key);
+    if (b == c.gemv_bf16_time.end()) continue;
+    rows += fmt::format("  {:<36} {:>6} {:>12} {:>12} {:>8.2f}x\n", key.first, key.second,
+                        fmt::format("{:.1f} us", b->second * 1e6), fmt::format("{:.1f} us", t4 * 1e6), b->second / t4);
+  }
+  if (rows.empty()) return "";
+  return "\ndecode GEMV, int4 weights vs bf16 (our kernels, the same projection and batch; speedup = bf16 time / "
+         "int4 time)\n" +
+         fmt::format("  {:<36} {:>6} {:>12} {:>12} {:>9}\n", "layer", "batch", "bf16", "int4", "speedup") + rows;
 }
 
 // The read bandwidth measured again after the sweep (commands.cpp): say when it
@@ -199,6 +227,7 @@ std::string summarize(const nlohmann::json& results) {
   out += fraction_table(c);
   out += paged_section(c);
   out += crossings_section(results, pb);
+  out += int4_section(c);
   out += layers_section(c.layers);
   return out;
 }

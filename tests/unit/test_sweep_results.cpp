@@ -282,3 +282,30 @@ TEST(Summary, PointsAboveTheirRooflineAreExplained) {
   EXPECT_NE(s.find("2 x data cached: x"), std::string::npos) << s;
   EXPECT_NE(s.find("1 x ceiling low: y"), std::string::npos) << s;
 }
+
+TEST(Summary, Int4AgainstBf16OnTheSameShapes) {
+  // Our bf16 and int4 GEMVs on one projection at batches 1 and 8; a blas row and
+  // an int4 point without a bf16 twin are left out.
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 2}}}}}, {"benchmarks", nlohmann::json::array()}};
+  auto add = [&](const std::string& op, const std::string& impl, std::uint64_t B, double t, const std::string& target) {
+    const std::string name = "decode/" + op + "/m." + target + "/bf16/batch:" + std::to_string(B) + "/impl:" + impl;
+    doc["benchmarks"].push_back({{"name", name},
+                                 {"run_name", name},
+                                 {"run_type", "iteration"},
+                                 {"phasebench",
+                                  {{"phase", "decode"}, {"op", op}, {"model", "m"}, {"target", target}, {"impl", impl},
+                                   {"dtype", "bf16"}, {"status", "ok"}, {"args", {{"batch", B}}},
+                                   {"time", {{"median_s", t}}}}}});
+  };
+  add("gemv", "own", 1, 400e-6, "down_proj");
+  add("gemv", "blas", 1, 900e-6, "down_proj");
+  add("gemv_int4", "own", 1, 125e-6, "down_proj");
+  add("gemv", "own", 8, 420e-6, "down_proj");
+  add("gemv_int4", "own", 8, 210e-6, "down_proj");
+  add("gemv_int4", "own", 1, 50e-6, "o_proj");
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("int4 weights vs bf16"), std::string::npos) << s;
+  EXPECT_NE(s.find("m.down_proj                               1     400.0 us     125.0 us     3.20x"), std::string::npos) << s;
+  EXPECT_NE(s.find("m.down_proj                               8     420.0 us     210.0 us     2.00x"), std::string::npos) << s;
+  EXPECT_EQ(s.find("m.o_proj"), std::string::npos) << s;
+}
