@@ -4,7 +4,7 @@
 // group's q are widened to floats once (into L1) and dotted with each of the M
 // rows of X, whose per-group sums are computed once per call. Threads split W's
 // rows so every packed byte is streamed from memory once. With AVX-512 the
-// widening, the dequantization and the FMAs stay in registers (row_avx512).
+// widening, the dequantization and the FMAs stay in registers (row_avx512<M>).
 #include <omp.h>
 
 #include <array>
@@ -52,36 +52,122 @@ inline void widen_group(const std::uint8_t* q, float* out, std::uint64_t G) {
 // AVX-512: 16 packed bytes widen to 16 int32 lanes in one instruction; the low
 // nibbles are the even k, the high ones the odd k, so X is stored split the
 // same way (xe/xo: per 32-weight chunk, its 16 even and 16 odd elements) and
-// every FMA pairs contiguous vectors. Each weight is dequantized once,
-// (q - z) * s as one FMA, and multiplied into the M rows.
-void row_avx512(const std::uint8_t* qrow, const std::uint16_t* scales, const std::uint8_t* zeros, std::uint64_t n,
-                const float* xe, const float* xo, std::uint64_t M, std::uint64_t K, std::uint64_t G, float* out) {
-  __m512 acc[kMaxGemvBatch];
-  for (std::uint64_t m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+// every FMA pairs contiguous vectors. M is a template argument so the
+// accumulators live in registers; small M keeps several per row (even and odd
+// k, two chunks in flight) so the FMA latency is hidden. Two ways to apply the
+// scale and zero point, chosen by M in row_for:
+// row_fold: the q (as floats) multiply into the rows of X; a group's sums take
+// its scale in one vector FMA at its end and its zero point as s * z * sum(x).
+template <int M>
+void row_fold(const std::uint8_t* qrow, const std::uint16_t* scales, const std::uint8_t* zeros, std::uint64_t n,
+              const float* xe, const float* xo, const float* xsum, std::uint64_t K, std::uint64_t G, float* out) {
+  constexpr int S = M <= 4 ? 2 : 1;  // chunks in flight, each with its own accumulators
+  constexpr bool split = M <= 8;     // even and odd k in separate accumulators
   const std::uint64_t groups = K / G, half = K / 2;
   const __m512i low = _mm512_set1_epi32(0xF);
-  const __mmask16 kAll = 0xFFFF;
+  const __mmask16 all = 0xFFFF;  // the maskz forms avoid GCC 12's false -Wmaybe-uninitialized on the plain ones
+  __m512 total[M];
+  float zterm[M];
+  for (int m = 0; m < M; ++m) {
+    total[m] = _mm512_setzero_ps();
+    zterm[m] = 0.f;
+  }
+  for (std::uint64_t g = 0; g < groups; ++g) {
+    // sum_k q_k x_k over the group in vectors; its scale and zero are applied once at its end.
+    __m512 ae[M][S], ao[M][S];
+    for (int m = 0; m < M; ++m)
+      for (int u = 0; u < S; ++u) ae[m][u] = ao[m][u] = _mm512_setzero_ps();
+    auto chunk = [&](std::uint64_t c, int u) {
+      const __m512i b = _mm512_maskz_cvtepu8_epi32(all, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qrow + 16 * c)));
+      const __m512 we = _mm512_maskz_cvtepi32_ps(all, _mm512_and_si512(b, low));
+      const __m512 wo = _mm512_maskz_cvtepi32_ps(all, _mm512_maskz_srli_epi32(all, b, 4));
+      for (int m = 0; m < M; ++m) {
+        ae[m][u] = _mm512_fmadd_ps(we, _mm512_loadu_ps(xe + m * half + 16 * c), ae[m][u]);
+        if constexpr (split)
+          ao[m][u] = _mm512_fmadd_ps(wo, _mm512_loadu_ps(xo + m * half + 16 * c), ao[m][u]);
+        else
+          ae[m][u] = _mm512_fmadd_ps(wo, _mm512_loadu_ps(xo + m * half + 16 * c), ae[m][u]);
+      }
+    };
+    std::uint64_t c = g * G / 32;
+    const std::uint64_t end = (g + 1) * G / 32;
+    for (; c + S <= end; c += S)
+      for (int u = 0; u < S; ++u) chunk(c + static_cast<std::uint64_t>(u), u);
+    for (; c < end; ++c) chunk(c, 0);
+    const std::uint64_t gi = n * groups + g;
+    const float s = numeric::bf16_to_float(scales[gi]);
+    const float z = static_cast<float>(gi % 2 == 0 ? (zeros[gi / 2] & 0xF) : (zeros[gi / 2] >> 4));
+    const __m512 vs = _mm512_set1_ps(s);
+    for (int m = 0; m < M; ++m) {
+      __m512 t = split ? _mm512_add_ps(ae[m][0], ao[m][0]) : ae[m][0];
+      for (int u = 1; u < S; ++u) t = _mm512_add_ps(t, _mm512_add_ps(ae[m][u], ao[m][u]));
+      total[m] = _mm512_fmadd_ps(t, vs, total[m]);
+      zterm[m] += s * z * xsum[static_cast<std::uint64_t>(m) * groups + g];
+    }
+  }
+  alignas(64) float lanes[16];
+  for (int m = 0; m < M; ++m) {
+    _mm512_store_ps(lanes, total[m]);
+    out[m] = simd::hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) - zterm[m];
+  }
+}
+
+// row_dequant: each weight dequantized once, (q - z) * s as one FMA, and shared by the M rows.
+template <int M>
+void row_dequant(const std::uint8_t* qrow, const std::uint16_t* scales, const std::uint8_t* zeros, std::uint64_t n,
+                 const float* xe, const float* xo, const float*, std::uint64_t K, std::uint64_t G, float* out) {
+  constexpr int S = M <= 4 ? 2 : 1;  // chunks in flight, each with its own accumulators
+  constexpr bool split = M <= 8;     // even and odd k in separate accumulators
+  __m512 ae[M][S], ao[M][S];
+  for (int m = 0; m < M; ++m)
+    for (int u = 0; u < S; ++u) ae[m][u] = ao[m][u] = _mm512_setzero_ps();
+  const std::uint64_t groups = K / G, half = K / 2;
+  const __m512i low = _mm512_set1_epi32(0xF);
+  const __mmask16 all = 0xFFFF;  // the maskz forms avoid GCC 12's false -Wmaybe-uninitialized on the plain ones
   for (std::uint64_t g = 0; g < groups; ++g) {
     const std::uint64_t gi = n * groups + g;
     const float s = numeric::bf16_to_float(scales[gi]);
     const float z = static_cast<float>(gi % 2 == 0 ? (zeros[gi / 2] & 0xF) : (zeros[gi / 2] >> 4));
     const __m512 vs = _mm512_set1_ps(s), vzs = _mm512_set1_ps(-z * s);
-    for (std::uint64_t c = g * G / 32; c < (g + 1) * G / 32; ++c) {
-      // The maskz forms (all lanes) avoid GCC 12's false -Wmaybe-uninitialized on the plain ones.
-      const __m512i b = _mm512_maskz_cvtepu8_epi32(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qrow + 16 * c)));
-      const __m512 we = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll, _mm512_and_si512(b, low)), vs, vzs);
-      const __m512 wo = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll, _mm512_maskz_srli_epi32(kAll, b, 4)), vs, vzs);
-      for (std::uint64_t m = 0; m < M; ++m) {
-        acc[m] = _mm512_fmadd_ps(we, _mm512_loadu_ps(xe + m * half + 16 * c), acc[m]);
-        acc[m] = _mm512_fmadd_ps(wo, _mm512_loadu_ps(xo + m * half + 16 * c), acc[m]);
+    auto chunk = [&](std::uint64_t c, int u) {
+      const __m512i b = _mm512_maskz_cvtepu8_epi32(all, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qrow + 16 * c)));
+      const __m512 we = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(all, _mm512_and_si512(b, low)), vs, vzs);
+      const __m512 wo = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(all, _mm512_maskz_srli_epi32(all, b, 4)), vs, vzs);
+      for (int m = 0; m < M; ++m) {
+        ae[m][u] = _mm512_fmadd_ps(we, _mm512_loadu_ps(xe + m * half + 16 * c), ae[m][u]);
+        if constexpr (split)
+          ao[m][u] = _mm512_fmadd_ps(wo, _mm512_loadu_ps(xo + m * half + 16 * c), ao[m][u]);
+        else
+          ae[m][u] = _mm512_fmadd_ps(wo, _mm512_loadu_ps(xo + m * half + 16 * c), ae[m][u]);
       }
-    }
+    };
+    std::uint64_t c = g * G / 32;
+    const std::uint64_t end = (g + 1) * G / 32;
+    for (; c + S <= end; c += S)
+      for (int u = 0; u < S; ++u) chunk(c + static_cast<std::uint64_t>(u), u);
+    for (; c < end; ++c) chunk(c, 0);
   }
   alignas(64) float lanes[16];
-  for (std::uint64_t m = 0; m < M; ++m) {
-    _mm512_store_ps(lanes, acc[m]);
+  for (int m = 0; m < M; ++m) {
+    __m512 t = split ? _mm512_add_ps(ae[m][0], ao[m][0]) : ae[m][0];
+    for (int u = 1; u < S; ++u) t = _mm512_add_ps(t, _mm512_add_ps(ae[m][u], ao[m][u]));
+    _mm512_store_ps(lanes, t);
     out[m] = simd::hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
   }
+}
+
+using RowFn = void (*)(const std::uint8_t*, const std::uint16_t*, const std::uint8_t*, std::uint64_t, const float*,
+                       const float*, const float*, std::uint64_t, std::uint64_t, float*);
+
+// Batches of 1 and 2: fold the scale per group (fewest instructions per weight);
+// 3 and more: dequantize each weight once and share it across the rows (measured
+// faster there on the development VM).
+RowFn row_for(std::uint64_t M) {
+  static constexpr RowFn fns[kMaxGemvBatch] = {
+      row_fold<1>,     row_fold<2>,     row_dequant<3>,  row_dequant<4>,  row_dequant<5>,  row_dequant<6>,
+      row_dequant<7>,  row_dequant<8>,  row_dequant<9>,  row_dequant<10>, row_dequant<11>, row_dequant<12>,
+      row_dequant<13>, row_dequant<14>, row_dequant<15>, row_dequant<16>};
+  return fns[M - 1];
 }
 #endif
 
@@ -108,12 +194,13 @@ void decode_gemv_int4(const std::uint16_t* X, const std::uint8_t* q, const std::
       xe[m * (K / 2) + k / 2] = Xf[m * K + k];
       xo[m * (K / 2) + k / 2] = Xf[m * K + k + 1];
     }
+  const RowFn row = row_for(M);
 #pragma omp parallel
   {
     std::array<float, kMaxGemvBatch> out{};
 #pragma omp for schedule(dynamic, 16)
     for (std::uint64_t n = 0; n < N; ++n) {
-      row_avx512(q + n * (K / 2), scales, zeros, n, xe.data(), xo.data(), M, K, G, out.data());
+      row(q + n * (K / 2), scales, zeros, n, xe.data(), xo.data(), xsum.data(), K, G, out.data());
       for (std::uint64_t m = 0; m < M; ++m) Y[m * N + n] = numeric::float_to_bf16(out[m]);
     }
   }
