@@ -57,6 +57,8 @@ TEST(CpuBackend, Int4GemvMatchesReference) {
   const Int4Layout l{4096, 14336, 128};
   EXPECT_EQ(l.total_bytes(), int4_weight_format(128).bytes(4096, 14336));
   EXPECT_EQ(linear_int4_request({1, 4096, 14336}, 128, Impl::own).cost().bytes.weights, l.total_bytes());
+  // The analytical model's --weight-dtype int4 costs the same bytes as this benchmark's layout.
+  EXPECT_EQ(WeightFormat::parse("int4").bytes(4096, 14336), l.total_bytes());
   const Int4Layout odd{3, 96, 32};  // 9 zero points: 5 bytes
   EXPECT_EQ(odd.zero_bytes(), 5u);
   EXPECT_EQ(odd.total_bytes(), int4_weight_format(32).bytes(3, 96));
