@@ -107,22 +107,27 @@ bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutco
   topts.range_name = p.name;
   const bool pair = pairs_reads(p);
   const double point_bytes = static_cast<double>(p.cost.bytes.total());
+  // One sample: the paired read outside the timed region (manual time; it also
+  // leaves the caches cold), then the timed run.
+  auto sample = [&]() {
+    const std::optional<double> read = pair ? backend_.paired_read() : std::nullopt;
+    const Sample s = backend_.time(*op_, topts);
+    if (read && *read > 0 && s.seconds > 0) {
+      out.paired_read.push_back(*read);
+      out.paired_fraction.push_back(point_bytes / s.seconds / *read);
+    }
+    out.samples.push_back(s.seconds);
+    out.runs_per_sample = s.runs;
+    return s.seconds;
+  };
   try {
     backend_.throttled_since_last_check();  // reset the flag for this call
     for (auto _ : st) {
-      // Outside the timed region (manual time); it also leaves the caches cold.
-      const std::optional<double> read = pair ? backend_.paired_read() : std::nullopt;
-      const Sample s = backend_.time(*op_, topts);
-      if (read && *read > 0 && s.seconds > 0) {
-        out.paired_read.push_back(*read);
-        out.paired_fraction.push_back(point_bytes / s.seconds / *read);
-      }
       // Per run() call, so Google Benchmark's time column is one operation's time
       // even when the backend timed several calls together.
-      st.SetIterationTime(s.seconds);
-      out.samples.push_back(s.seconds);
-      out.runs_per_sample = s.runs;
+      st.SetIterationTime(sample());
     }
+    while (out.samples.size() < kMinSamplesPerPoint) sample();
     out.throttled = backend_.throttled_since_last_check();
     out.clocks = backend_.clocks();
   } catch (const std::exception& e) {
@@ -338,7 +343,9 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
   j["roofline_by_source"] = all;
   if (!o->paired_fraction.empty()) {
     const auto f = stats_of(o->paired_fraction);
+    const bool suspect = f.median > kPairedSuspectAbove;
     j["paired_read"] = {
+        {"suspect", suspect},
         {"fraction_median", f.median},
         {"fraction_min", f.min},
         {"fraction_max", f.max},
@@ -347,6 +354,10 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
         {"method", "a streaming read beyond the caches (CPU: 4x the last-level cache, at least 128 MiB, in turn "
                    "from a ring of four) timed right before each sample, outside it; per sample its bytes/s over "
                    "that read's bytes/s; the median over the samples"}};
+    if (suspect)
+      j["paired_read"]["why_suspect"] =
+          "the point moved more bytes per second than the streaming read timed right before it: not a result "
+          "(a read that met cold pages, or data the caches still held); the summary leaves it out of the paired column";
   }
   const auto P = ceil.compute_for(p->request.dtype, opts_.ceiling);
   const auto W = ceil.bandwidth_for(opts_.ceiling);

@@ -17,10 +17,18 @@
 
 namespace phasebench {
 
+// Every point that runs has at least this many samples, whatever
+// --benchmark_min_time lets Google Benchmark stop at (one slow sample is not a
+// median). The extra ones are taken right after its timing loop, the same way.
+inline constexpr std::size_t kMinSamplesPerPoint = 5;
+// A paired fraction above this is not a result: the point moved more bytes per
+// second than a streaming read timed just before it (a cold read, or a cache effect).
+inline constexpr double kPairedSuspectAbove = 1.05;
+
 struct PointOutcome {
   std::string status = "not run";  // ok | skipped | error
   std::string message;
-  std::vector<double> samples;  // seconds per run() of the final Google Benchmark call
+  std::vector<double> samples;  // seconds per run(), every timed sample of the point
   std::uint64_t runs_per_sample = 1;
   bool throttled = false;
   nlohmann::json clocks;  // clocks seen at the end of the point

@@ -24,7 +24,8 @@ double median_of(const std::vector<double>& v) { return stats_of(v).median; }
 // What the summary reads off the standing entry of each point.
 struct Group {
   std::vector<double> fractions;
-  std::vector<double> paired;  // points' median fraction of the paired reads' bandwidth
+  std::vector<double> paired;  // points' median fraction of the paired reads' bandwidth (suspect ones left out)
+  std::size_t suspect = 0;     // points whose paired fraction is above kPairedSuspectAbove
   std::size_t skipped = 0, errors = 0;
 };
 struct Collected {
@@ -84,8 +85,13 @@ Collected collect(const nlohmann::json& results) {
     if (status != "ok" || !p.contains("roofline")) continue;
     const auto& r = p.at("roofline");
     if (r.at("fraction_of_roofline").is_number()) g.fractions.push_back(r.at("fraction_of_roofline").get<double>());
-    if (p.contains("paired_read") && p.at("paired_read").value("fraction_median", nlohmann::json()).is_number())
-      g.paired.push_back(p.at("paired_read").at("fraction_median").get<double>());
+    if (p.contains("paired_read") && p.at("paired_read").value("fraction_median", nlohmann::json()).is_number()) {
+      const double f = p.at("paired_read").at("fraction_median").get<double>();
+      if (f > kPairedSuspectAbove)
+        ++g.suspect;
+      else
+        g.paired.push_back(f);
+    }
     c.ceiling_source = r.value("bandwidth_ceiling_source", "");
     if (p.contains("above_roofline"))
       c.above.emplace_back(b.value("name", ""), p.at("above_roofline").value("fraction", 0.0),
@@ -127,7 +133,7 @@ std::string bandwidth_note(const nlohmann::json& pb) {
 // errors, and the paired reads' fraction where any point has one.
 std::string fraction_table(const Collected& c) {
   const bool any_paired =
-      std::any_of(c.groups.begin(), c.groups.end(), [](const auto& kv) { return !kv.second.paired.empty(); });
+      std::any_of(c.groups.begin(), c.groups.end(), [](const auto& kv) { return !kv.second.paired.empty() || kv.second.suspect; });
   auto paired_cell = [&](const Group& g) {
     if (!any_paired) return std::string();
     if (g.paired.empty()) return fmt::format(" {:>8}", "-");
@@ -148,6 +154,11 @@ std::string fraction_table(const Collected& c) {
   if (any_paired)
     out += "  paired: median over the memory-bound points beyond the caches (their number in brackets) of each\n"
            "  point's median fraction of the streaming read timed right before each of its samples\n";
+  for (const auto& [k, g] : c.groups)
+    if (g.suspect)
+      out += fmt::format("  note: {} {}: {} point(s) above {:.0f}% of their paired read, left out as suspect "
+                         "(paired_read.why_suspect)\n",
+                         k.first, k.second, g.suspect, 100 * kPairedSuspectAbove);
   if (!c.above.empty()) {
     // Above 100% is not a fast kernel but a ceiling or cache effect: say which.
     out += fmt::format("  note: {} point(s) above 100% of their roofline; each carries above_roofline.likely_cause:\n",

@@ -51,7 +51,9 @@ def check(paths: list) -> tuple:
                 big = (p.bytes_total or 0) >= 4 * llc
             shape = p.shape()
             frac = p.fraction
-            paired = (p.pb.get("paired_read") or {}).get("fraction_median")
+            pr = p.pb.get("paired_read") or {}
+            # A suspect paired fraction (above the read it was paired with) is not a result.
+            paired = None if pr.get("suspect") else pr.get("fraction_median")
             row = None
             if big and p.op == "gemv" and p.key.impl == "own" and shape.get("M") == 1:
                 row = gemv

@@ -4,6 +4,7 @@
 
 #include "bench_test_util.hpp"
 #include "fixture.hpp"
+#include "summary.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/linear.hpp"
 
@@ -216,4 +217,39 @@ TEST_F(FixtureTest, AboveTheRooflineSaysTheLikelyCause) {
   ctx = std::make_unique<BenchContext>(backend, RunOptions{});
   run_points({point(4)});
   EXPECT_FALSE(ctx->point_json("free/linear/test4").contains("above_roofline"));
+}
+
+TEST_F(FixtureTest, EveryPointHasAtLeastFiveSamples) {
+  // One sample of a second satisfies Google Benchmark's minimum time at once;
+  // a median still needs more than one.
+  backend.seconds = 1.0;
+  run_points({point(1000)});
+  const auto* o = ctx->outcome("free/linear/test1000");
+  ASSERT_EQ(o->status, "ok");
+  EXPECT_GE(o->samples.size(), kMinSamplesPerPoint);
+  EXPECT_EQ(ctx->point_json("free/linear/test1000").at("time").at("samples"), o->samples.size());
+}
+
+TEST_F(FixtureTest, PairedFractionAboveTheReadIsSuspectNotAResult) {
+  // A machine whose LLC is large (1000 bytes here, against 4 MB points) and a
+  // paired read that reports 1 GB/s (a cold read): the 4 MB point in 1 ms is
+  // 4 GB/s, "400% of the read".
+  backend.read_rate = 1e9;
+  run_points({point(4)});
+  const auto j = ctx->point_json("free/linear/test4");
+  ASSERT_TRUE(j.contains("paired_read")) << j.dump(1);
+  EXPECT_EQ(j.at("paired_read").at("suspect"), true);
+  EXPECT_TRUE(j.at("paired_read").contains("why_suspect"));
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 2}}}}},
+                        {"benchmarks", {{{"name", "free/linear/test4"}, {"run_name", "free/linear/test4"},
+                                         {"run_type", "iteration"}, {"phasebench", j}}}}};
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("note: free linear: 1 point(s) above 105% of their paired read, left out as suspect"),
+            std::string::npos)
+      << s;
+  // A plausible read (40 GB/s: the point is at 10% of it) is not suspect.
+  backend.read_rate = 4e10;
+  ctx = std::make_unique<BenchContext>(backend, RunOptions{});
+  run_points({point(4)});
+  EXPECT_EQ(ctx->point_json("free/linear/test4").at("paired_read").at("suspect"), false);
 }
