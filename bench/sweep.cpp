@@ -105,6 +105,7 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
     }
   auto wanted = [&](const SweepGroup& g) { return c.groups.empty() || c.groups.count(g.name); };
   SweepScope scope;
+  scope.dtypes = c.dtypes;
   scope.axes = &c.axes;
   scope.compare_blas = c.compare_blas;
   scope.impls = [&](const OpRequest& r, bool beside_own) { return impls_for(backend, r, beside_own); };

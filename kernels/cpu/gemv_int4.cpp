@@ -55,84 +55,48 @@ inline void widen_group(const std::uint8_t* q, float* out, std::uint64_t G) {
 // every FMA pairs contiguous vectors. M is a template argument so the
 // accumulators live in registers; small M keeps several per row (even and odd
 // k, two chunks in flight) so the FMA latency is hidden. Two ways to apply the
-// scale and zero point, chosen by M in row_for:
-// row_fold: the q (as floats) multiply into the rows of X; a group's sums take
-// its scale in one vector FMA at its end and its zero point as s * z * sum(x).
-template <int M>
-void row_fold(const std::uint8_t* qrow, const std::uint16_t* scales, const std::uint8_t* zeros, std::uint64_t n,
-              const float* xe, const float* xo, const float* xsum, std::uint64_t K, std::uint64_t G, float* out) {
+// scale and zero point (row_for picks by M):
+// Fold: the q (as floats) multiply into the rows of X; a group's sums take its
+//   scale in one vector FMA at its end and its zero point as s * z * sum(x).
+// otherwise: each weight dequantized once, (q - z) * s as one FMA, shared by the M rows.
+template <int M, bool Fold>
+void row_avx512(const std::uint8_t* qrow, const std::uint16_t* scales, const std::uint8_t* zeros, std::uint64_t n,
+                const float* xe, const float* xo, const float* xsum, std::uint64_t K, std::uint64_t G, float* out) {
   constexpr int S = M <= 4 ? 2 : 1;  // chunks in flight, each with its own accumulators
   constexpr bool split = M <= 8;     // even and odd k in separate accumulators
   const std::uint64_t groups = K / G, half = K / 2;
   const __m512i low = _mm512_set1_epi32(0xF);
   const __mmask16 all = 0xFFFF;  // the maskz forms avoid GCC 12's false -Wmaybe-uninitialized on the plain ones
-  __m512 total[M];
+  __m512 ae[M][S], ao[M][S], total[M];
   float zterm[M];
+  auto clear = [&] {
+    for (int m = 0; m < M; ++m)
+      for (int u = 0; u < S; ++u) ae[m][u] = ao[m][u] = _mm512_setzero_ps();
+  };
+  auto sum_of = [&](int m) {
+    __m512 t = split ? _mm512_add_ps(ae[m][0], ao[m][0]) : ae[m][0];
+    for (int u = 1; u < S; ++u) t = _mm512_add_ps(t, _mm512_add_ps(ae[m][u], ao[m][u]));
+    return t;
+  };
+  clear();
   for (int m = 0; m < M; ++m) {
     total[m] = _mm512_setzero_ps();
     zterm[m] = 0.f;
   }
   for (std::uint64_t g = 0; g < groups; ++g) {
-    // sum_k q_k x_k over the group in vectors; its scale and zero are applied once at its end.
-    __m512 ae[M][S], ao[M][S];
-    for (int m = 0; m < M; ++m)
-      for (int u = 0; u < S; ++u) ae[m][u] = ao[m][u] = _mm512_setzero_ps();
-    auto chunk = [&](std::uint64_t c, int u) {
-      const __m512i b = _mm512_maskz_cvtepu8_epi32(all, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qrow + 16 * c)));
-      const __m512 we = _mm512_maskz_cvtepi32_ps(all, _mm512_and_si512(b, low));
-      const __m512 wo = _mm512_maskz_cvtepi32_ps(all, _mm512_maskz_srli_epi32(all, b, 4));
-      for (int m = 0; m < M; ++m) {
-        ae[m][u] = _mm512_fmadd_ps(we, _mm512_loadu_ps(xe + m * half + 16 * c), ae[m][u]);
-        if constexpr (split)
-          ao[m][u] = _mm512_fmadd_ps(wo, _mm512_loadu_ps(xo + m * half + 16 * c), ao[m][u]);
-        else
-          ae[m][u] = _mm512_fmadd_ps(wo, _mm512_loadu_ps(xo + m * half + 16 * c), ae[m][u]);
-      }
-    };
-    std::uint64_t c = g * G / 32;
-    const std::uint64_t end = (g + 1) * G / 32;
-    for (; c + S <= end; c += S)
-      for (int u = 0; u < S; ++u) chunk(c + static_cast<std::uint64_t>(u), u);
-    for (; c < end; ++c) chunk(c, 0);
-    const std::uint64_t gi = n * groups + g;
-    const float s = numeric::bf16_to_float(scales[gi]);
-    const float z = static_cast<float>(gi % 2 == 0 ? (zeros[gi / 2] & 0xF) : (zeros[gi / 2] >> 4));
-    const __m512 vs = _mm512_set1_ps(s);
-    for (int m = 0; m < M; ++m) {
-      __m512 t = split ? _mm512_add_ps(ae[m][0], ao[m][0]) : ae[m][0];
-      for (int u = 1; u < S; ++u) t = _mm512_add_ps(t, _mm512_add_ps(ae[m][u], ao[m][u]));
-      total[m] = _mm512_fmadd_ps(t, vs, total[m]);
-      zterm[m] += s * z * xsum[static_cast<std::uint64_t>(m) * groups + g];
-    }
-  }
-  alignas(64) float lanes[16];
-  for (int m = 0; m < M; ++m) {
-    _mm512_store_ps(lanes, total[m]);
-    out[m] = simd::hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) - zterm[m];
-  }
-}
-
-// row_dequant: each weight dequantized once, (q - z) * s as one FMA, and shared by the M rows.
-template <int M>
-void row_dequant(const std::uint8_t* qrow, const std::uint16_t* scales, const std::uint8_t* zeros, std::uint64_t n,
-                 const float* xe, const float* xo, const float*, std::uint64_t K, std::uint64_t G, float* out) {
-  constexpr int S = M <= 4 ? 2 : 1;  // chunks in flight, each with its own accumulators
-  constexpr bool split = M <= 8;     // even and odd k in separate accumulators
-  __m512 ae[M][S], ao[M][S];
-  for (int m = 0; m < M; ++m)
-    for (int u = 0; u < S; ++u) ae[m][u] = ao[m][u] = _mm512_setzero_ps();
-  const std::uint64_t groups = K / G, half = K / 2;
-  const __m512i low = _mm512_set1_epi32(0xF);
-  const __mmask16 all = 0xFFFF;  // the maskz forms avoid GCC 12's false -Wmaybe-uninitialized on the plain ones
-  for (std::uint64_t g = 0; g < groups; ++g) {
     const std::uint64_t gi = n * groups + g;
     const float s = numeric::bf16_to_float(scales[gi]);
     const float z = static_cast<float>(gi % 2 == 0 ? (zeros[gi / 2] & 0xF) : (zeros[gi / 2] >> 4));
     const __m512 vs = _mm512_set1_ps(s), vzs = _mm512_set1_ps(-z * s);
+    if constexpr (Fold) clear();
     auto chunk = [&](std::uint64_t c, int u) {
       const __m512i b = _mm512_maskz_cvtepu8_epi32(all, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qrow + 16 * c)));
-      const __m512 we = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(all, _mm512_and_si512(b, low)), vs, vzs);
-      const __m512 wo = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(all, _mm512_maskz_srli_epi32(all, b, 4)), vs, vzs);
+      __m512 we = _mm512_maskz_cvtepi32_ps(all, _mm512_and_si512(b, low));
+      __m512 wo = _mm512_maskz_cvtepi32_ps(all, _mm512_maskz_srli_epi32(all, b, 4));
+      if constexpr (!Fold) {
+        we = _mm512_fmadd_ps(we, vs, vzs);
+        wo = _mm512_fmadd_ps(wo, vs, vzs);
+      }
       for (int m = 0; m < M; ++m) {
         ae[m][u] = _mm512_fmadd_ps(we, _mm512_loadu_ps(xe + m * half + 16 * c), ae[m][u]);
         if constexpr (split)
@@ -146,13 +110,16 @@ void row_dequant(const std::uint8_t* qrow, const std::uint16_t* scales, const st
     for (; c + S <= end; c += S)
       for (int u = 0; u < S; ++u) chunk(c + static_cast<std::uint64_t>(u), u);
     for (; c < end; ++c) chunk(c, 0);
+    if constexpr (Fold)
+      for (int m = 0; m < M; ++m) {
+        total[m] = _mm512_fmadd_ps(sum_of(m), vs, total[m]);
+        zterm[m] += s * z * xsum[static_cast<std::uint64_t>(m) * groups + g];
+      }
   }
   alignas(64) float lanes[16];
   for (int m = 0; m < M; ++m) {
-    __m512 t = split ? _mm512_add_ps(ae[m][0], ao[m][0]) : ae[m][0];
-    for (int u = 1; u < S; ++u) t = _mm512_add_ps(t, _mm512_add_ps(ae[m][u], ao[m][u]));
-    _mm512_store_ps(lanes, t);
-    out[m] = simd::hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+    _mm512_store_ps(lanes, Fold ? total[m] : sum_of(m));
+    out[m] = simd::hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))) - zterm[m];
   }
 }
 
@@ -164,9 +131,10 @@ using RowFn = void (*)(const std::uint8_t*, const std::uint16_t*, const std::uin
 // faster there on the development VM).
 RowFn row_for(std::uint64_t M) {
   static constexpr RowFn fns[kMaxGemvBatch] = {
-      row_fold<1>,     row_fold<2>,     row_dequant<3>,  row_dequant<4>,  row_dequant<5>,  row_dequant<6>,
-      row_dequant<7>,  row_dequant<8>,  row_dequant<9>,  row_dequant<10>, row_dequant<11>, row_dequant<12>,
-      row_dequant<13>, row_dequant<14>, row_dequant<15>, row_dequant<16>};
+      row_avx512<1, true>,   row_avx512<2, true>,   row_avx512<3, false>,  row_avx512<4, false>,
+      row_avx512<5, false>,  row_avx512<6, false>,  row_avx512<7, false>,  row_avx512<8, false>,
+      row_avx512<9, false>,  row_avx512<10, false>, row_avx512<11, false>, row_avx512<12, false>,
+      row_avx512<13, false>, row_avx512<14, false>, row_avx512<15, false>, row_avx512<16, false>};
   return fns[M - 1];
 }
 #endif

@@ -115,6 +115,9 @@ Point make_point(const std::string& phase, const std::string& op, const std::str
 struct SweepScope {
   const ModelConfig* model = nullptr;  // nullptr for groups that take no model (free)
   DType dtype = DType::bf16;
+  // Every dtype of the run (--dtype), for groups whose type is their own (the
+  // int4 GEMV: bf16 activations whatever --dtype): they run once, at one of them.
+  std::vector<DType> dtypes;
   const AxisValues* axes = nullptr;
   // The implementations the backend runs for this request (impl ignored), in
   // the order own, blas. `beside_own`: also the vendor row when our own applies.

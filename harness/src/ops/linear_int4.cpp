@@ -78,7 +78,9 @@ PHASEBENCH_DECLARE_OPS(linear_int4) {
       "decode_linear's bf16 rows)",
       25, SweepGroup::Models::linear, [](const SweepScope& sc) {
         std::vector<Point> pts;
-        if (sc.dtype != DType::bf16) return pts;  // int4 weights with bf16 activations only
+        // Its activations are bf16 whatever --dtype: run once, at bf16 if the run has it, else at its first dtype.
+        const bool has_bf16 = std::find(sc.dtypes.begin(), sc.dtypes.end(), DType::bf16) != sc.dtypes.end();
+        if (sc.dtype != (has_bf16 || sc.dtypes.empty() ? DType::bf16 : sc.dtypes.front())) return pts;
         const ModelConfig& m = *sc.model;
         const auto G = sc.axes->one("int4_group");
         const bool all_moe =
