@@ -40,21 +40,18 @@ PhaseEstimate estimate_phase(const ModelConfig& m, const Ceilings& ceil, const S
       oe.bandwidth = link_gbps * 1e9 / 2;
       oe.time_s = static_cast<double>(op.link_bytes) / oe.bandwidth;
       oe.bound = Bound::link;
-      pe.total += op.cost.scaled(op.count);
-      pe.time_s += oe.time_s * static_cast<double>(op.count);
-      pe.ops.push_back(std::move(oe));
-      continue;
+    } else {
+      if (op.cost.flops > 0) {
+        const auto peak = ceil.compute_for(oe.compute_dtype, in.ceiling);
+        if (!peak)
+          throw InputError("GPU '" + gpu_name + "' has no " + std::string(to_string(oe.compute_dtype)) +
+                           " peak in the spec table (the part does not support it); choose another --dtype");
+        oe.peak_flops = peak->value;
+      }
+      oe.time_s = roofline_time(static_cast<double>(op.cost.flops), static_cast<double>(op.cost.bytes.total()),
+                                oe.peak_flops, oe.bandwidth);
+      oe.bound = op.cost.flops > 0 ? classify(op.cost.intensity(), oe.peak_flops / oe.bandwidth) : Bound::memory;
     }
-    if (op.cost.flops > 0) {
-      const auto peak = ceil.compute_for(oe.compute_dtype, in.ceiling);
-      if (!peak)
-        throw InputError("GPU '" + gpu_name + "' has no " + std::string(to_string(oe.compute_dtype)) +
-                         " peak in the spec table (the part does not support it); choose another --dtype");
-      oe.peak_flops = peak->value;
-    }
-    oe.time_s = roofline_time(static_cast<double>(op.cost.flops), static_cast<double>(op.cost.bytes.total()),
-                              oe.peak_flops, oe.bandwidth);
-    oe.bound = op.cost.flops > 0 ? classify(op.cost.intensity(), oe.peak_flops / oe.bandwidth) : Bound::memory;
     pe.total += op.cost.scaled(op.count);
     pe.time_s += oe.time_s * static_cast<double>(op.count);
     pe.ops.push_back(std::move(oe));
@@ -480,7 +477,7 @@ std::string to_text(const Estimate& e) {
                          m.experts, m.expert_intermediate, 3.0 * m.hidden * m.expert_intermediate / 1e6, m.experts_per_token,
                          m.shared_intermediate ? fmt::format(", plus a shared expert of width {}", m.shared_intermediate) : "",
                          8.0 * m.hidden * m.hidden / 1e6);
-    if (!m.experts || std::any_of(m.moe_layers.begin(), m.moe_layers.end(), [](bool b) { return !b; }))
+    if (!m.all_layers_moe())
       out += fmt::format("    {}MLP of 3*h*I = {:.1f} M per layer (simple assumes 8h^2 = {:.1f} M)\n", m.experts ? "dense layers' " : "",
                          3.0 * m.hidden * m.intermediate / 1e6, 8.0 * m.hidden * m.hidden / 1e6);
     out += fmt::format("    embedding + vocabulary projection: {:.3f} B parameters\n",

@@ -68,6 +68,10 @@ LayerKind ModelConfig::layer_kind(std::uint64_t layer) const {
   return k;
 }
 
+bool ModelConfig::all_layers_moe() const {
+  return !moe_layers.empty() && std::all_of(moe_layers.begin(), moe_layers.end(), [](bool b) { return b; });
+}
+
 std::vector<std::pair<LayerKind, std::uint64_t>> layer_groups(const ModelConfig& m) {
   std::vector<std::pair<LayerKind, std::uint64_t>> g;
   for (std::uint64_t i = 0; i < m.layers; ++i) {
@@ -285,8 +289,7 @@ ModelConfig tensor_parallel_shard(const ModelConfig& m, std::uint64_t tp) {
                        " nor divide it; engines replicate KV heads only when the degree is a multiple of them");
     s.kv_heads = 1;  // each GPU keeps a copy of the one KV head its query heads use
   }
-  const bool dense = m.moe_layers.empty() || std::any_of(m.moe_layers.begin(), m.moe_layers.end(), [](bool b) { return !b; });
-  if (dense) s.intermediate = split(m.intermediate, "intermediate_size");
+  if (!m.all_layers_moe()) s.intermediate = split(m.intermediate, "intermediate_size");
   if (m.experts) s.expert_intermediate = split(m.expert_intermediate, "the experts' intermediate size");
   if (m.shared_intermediate) s.shared_intermediate = split(m.shared_intermediate, "the shared expert's intermediate size");
   s.vocab = m.vocab / tp + (m.vocab % tp ? 1 : 0);  // engines pad the vocabulary to a multiple

@@ -108,6 +108,13 @@ PB_HD std::uint8_t float_to_fp8e4m3(float f) {
   return static_cast<std::uint8_t>(sign | best);
 }
 
+// Element i of an array of 4-bit values packed two per byte, the low nibble
+// first (the int4 weights' q and zero points, ops/linear_int4.hpp).
+PB_HD unsigned nibble(const std::uint8_t* packed, std::uint64_t i) {
+  const unsigned b = packed[i / 2];
+  return i % 2 == 0 ? (b & 0xFu) : (b >> 4);
+}
+
 // splitmix64: a counter-based hash, so any element can be generated on its own.
 PB_HD std::uint64_t mix64(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;

@@ -86,7 +86,7 @@ void row_avx512(const std::uint8_t* qrow, const std::uint16_t* scales, const std
   for (std::uint64_t g = 0; g < groups; ++g) {
     const std::uint64_t gi = n * groups + g;
     const float s = numeric::bf16_to_float(scales[gi]);
-    const float z = static_cast<float>(gi % 2 == 0 ? (zeros[gi / 2] & 0xF) : (zeros[gi / 2] >> 4));
+    const float z = static_cast<float>(numeric::nibble(zeros, gi));
     const __m512 vs = _mm512_set1_ps(s), vzs = _mm512_set1_ps(-z * s);
     if constexpr (Fold) clear();
     auto chunk = [&](std::uint64_t c, int u) {
@@ -172,8 +172,7 @@ void decode_gemv_int4(const std::uint16_t* X, const std::uint8_t* q, const std::
       for (std::uint64_t m = 0; m < M; ++m) Y[m * N + n] = numeric::float_to_bf16(out[m]);
     }
   }
-  return;
-#endif
+#else
 #pragma omp parallel
   {
     alignas(32) std::array<float, kMaxGroup> wq{};
@@ -185,7 +184,7 @@ void decode_gemv_int4(const std::uint16_t* X, const std::uint8_t* q, const std::
       for (std::uint64_t g = 0; g < groups; ++g) {
         const std::uint64_t gi = n * groups + g;
         const float s = numeric::bf16_to_float(scales[gi]);
-        const float z = static_cast<float>(gi % 2 == 0 ? (zeros[gi / 2] & 0xF) : (zeros[gi / 2] >> 4));
+        const float z = static_cast<float>(numeric::nibble(zeros, gi));
         widen_group(qrow + g * (G / 2), wq.data(), G);
         for (std::uint64_t m = 0; m < M; ++m)
           acc[m] += s * (simd::dot(wq.data(), Xf.data() + m * K + g * G, G) - z * xsum[m * groups + g]);
@@ -193,6 +192,7 @@ void decode_gemv_int4(const std::uint16_t* X, const std::uint8_t* q, const std::
       for (std::uint64_t m = 0; m < M; ++m) Y[m * N + n] = numeric::float_to_bf16(acc[m]);
     }
   }
+#endif
 }
 
 namespace {
@@ -221,21 +221,14 @@ class CpuLinearInt4 final : public CpuOp {
 
   void verify() override {
     run();
-    std::vector<float> got;
-    std::vector<double> want, scale;
-    for (auto [m, n] : sample_positions(s_.M, s_.N, 2048, r_.seed)) {
-      const auto x = reference::to_float(X_.as<std::uint16_t>() + m * s_.K, DType::bf16, s_.K);
-      const auto w = reference::int4_weight_row(Q_.as<std::uint8_t>(), S_.as<std::uint16_t>(), Z_.as<std::uint8_t>(), n,
-                                                s_.K, G_);
-      double abs_sum = 0;
-      want.push_back(reference::linear_element(x.data(), w.data(), s_.K, 0, 0, &abs_sum));
-      scale.push_back(abs_sum);
-      got.push_back(reference::to_float(Y_.as<std::uint16_t>() + m * s_.N + n, DType::bf16, 1)[0]);
-    }
-    reference::check_close(got, want, reference::tolerance_for(DType::bf16),
-                           "int4 linear (M=" + std::to_string(s_.M) + " N=" + std::to_string(s_.N) +
-                               " K=" + std::to_string(s_.K) + " G=" + std::to_string(G_) + ")",
-                           &scale);
+    const auto x = reference::to_float(X_.get(), DType::bf16, s_.M * s_.K);
+    const auto* y = Y_.as<std::uint16_t>();
+    reference::check_int4_linear(
+        sample_positions(s_.M, s_.N, 2048, r_.seed), x.data(), Q_.as<std::uint8_t>(), S_.as<std::uint16_t>(),
+        Z_.as<std::uint8_t>(), s_.K, G_,
+        [&](std::uint64_t m, std::uint64_t n) { return numeric::bf16_to_float(y[m * s_.N + n]); },
+        "int4 linear (M=" + std::to_string(s_.M) + " N=" + std::to_string(s_.N) + " K=" + std::to_string(s_.K) +
+            " G=" + std::to_string(G_) + ")");
   }
 
   std::vector<float> output_values() override { return reference::to_float(Y_.get(), DType::bf16, s_.M * s_.N); }

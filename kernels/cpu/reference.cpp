@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <sstream>
 
 #include "common/numeric.hpp"
@@ -104,13 +105,29 @@ std::vector<float> int4_weight_row(const std::uint8_t* q, const std::uint16_t* s
                                    std::size_t n, std::size_t K, std::size_t G) {
   std::vector<float> w(K);
   for (std::size_t k = 0; k < K; ++k) {
-    const std::uint8_t b = q[n * (K / 2) + k / 2];
-    const int qv = (k % 2 == 0) ? (b & 0xF) : (b >> 4);
     const std::size_t gi = n * (K / G) + k / G;
-    const int zv = (gi % 2 == 0) ? (zeros[gi / 2] & 0xF) : (zeros[gi / 2] >> 4);
+    const int qv = static_cast<int>(numeric::nibble(q, n * K + k)), zv = static_cast<int>(numeric::nibble(zeros, gi));
     w[k] = static_cast<float>(qv - zv) * numeric::bf16_to_float(scales[gi]);
   }
   return w;
+}
+
+void check_int4_linear(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& positions, const float* X,
+                       const std::uint8_t* q, const std::uint16_t* scales, const std::uint8_t* zeros, std::size_t K,
+                       std::size_t G, const std::function<float(std::uint64_t, std::uint64_t)>& got,
+                       const std::string& what) {
+  std::map<std::uint64_t, std::vector<float>> rows;  // W's rows in use, dequantized once
+  std::vector<float> g;
+  std::vector<double> want, scale;
+  for (const auto& [m, n] : positions) {
+    auto it = rows.find(n);
+    if (it == rows.end()) it = rows.emplace(n, int4_weight_row(q, scales, zeros, n, K, G)).first;
+    double abs_sum = 0;
+    want.push_back(linear_element(X + m * K, it->second.data(), K, 0, 0, &abs_sum));
+    scale.push_back(abs_sum);
+    g.push_back(got(m, n));
+  }
+  check_close(g, want, tolerance_for(DType::bf16), what, &scale);
 }
 
 double linear_element(const float* X, const float* W, std::size_t K, std::size_t m, std::size_t n, double* abs_sum) {

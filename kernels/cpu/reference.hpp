@@ -32,6 +32,13 @@ void fill_int4(std::uint8_t* q, std::uint16_t* scales, std::uint8_t* zeros, std:
                std::uint64_t seed);
 std::vector<float> int4_weight_row(const std::uint8_t* q, const std::uint16_t* scales, const std::uint8_t* zeros,
                                    std::size_t n, std::size_t K, std::size_t G);
+// Checks an int4 linear layer's output at `positions` (m, n): `got(m, n)` against
+// linear_element of X's row m (M x K floats) and W's row n dequantized (each
+// row once), with bf16 tolerances; throws VerificationError naming `what`.
+void check_int4_linear(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& positions, const float* X,
+                       const std::uint8_t* q, const std::uint16_t* scales, const std::uint8_t* zeros, std::size_t K,
+                       std::size_t G, const std::function<float(std::uint64_t, std::uint64_t)>& got,
+                       const std::string& what);
 
 // One query head of decode attention: out[D] = softmax(q.K^T * scale) V over
 // L keys; key(l) and value(l) return pointers to the D floats of token l.

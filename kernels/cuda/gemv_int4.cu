@@ -58,8 +58,7 @@ __global__ void __launch_bounds__(kThreads) gemv_int4_kernel(Int4Params p) {
       const uint4 packed = *reinterpret_cast<const uint4*>(qrow + k0 / 2);
       const long long gi = n * groups + k0 / p.G;
       const float s = numeric::bf16_to_float(p.scales[gi]);
-      const std::uint8_t zb = p.zeros[gi / 2];
-      const float z = static_cast<float>((gi % 2 == 0) ? (zb & 0xF) : (zb >> 4));
+      const float z = static_cast<float>(numeric::nibble(p.zeros, static_cast<std::uint64_t>(gi)));
       const std::uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
 #pragma unroll
       for (int wi = 0; wi < 4; ++wi) {
@@ -151,23 +150,16 @@ class GemvInt4Op final : public PreparedOp {
     run();
     const auto y = download_as_float(Y_.get(), DType::bf16, s_.M * s_.N, ctx_.stream);
     const auto x = download_as_float(X_.get(), DType::bf16, s_.M * s_.K, ctx_.stream);
-    std::vector<float> got;
-    std::vector<double> want, scale;
     // Every row of Y; its first and last 16 columns (the tails) and 96 between.
-    std::vector<std::uint64_t> cols;
-    for (std::uint64_t n = 0; n < s_.N; ++n)
-      if (n < 16 || n + 16 >= s_.N || n % std::max<std::uint64_t>(1, s_.N / 96) == 0) cols.push_back(n);
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> positions;
     for (std::uint64_t m = 0; m < s_.M; ++m)
-      for (std::uint64_t n : cols) {
-      const auto w = reference::int4_weight_row(hq_.data(), hs_.data(), hz_.data(), n, s_.K, G_);
-      double abs_sum = 0;
-      want.push_back(reference::linear_element(x.data() + m * s_.K, w.data(), s_.K, 0, 0, &abs_sum));
-      scale.push_back(abs_sum);
-      got.push_back(y[m * s_.N + n]);
-      }
+      for (std::uint64_t n = 0; n < s_.N; ++n)
+        if (n < 16 || n + 16 >= s_.N || n % std::max<std::uint64_t>(1, s_.N / 96) == 0) positions.emplace_back(m, n);
     std::ostringstream what;
     what << "gemv_int4 (M=" << s_.M << " N=" << s_.N << " K=" << s_.K << " G=" << G_ << ", " << blocks_ << " blocks)";
-    reference::check_close(got, want, reference::tolerance_for(DType::bf16), what.str(), &scale);
+    reference::check_int4_linear(
+        positions, x.data(), hq_.data(), hs_.data(), hz_.data(), s_.K, G_,
+        [&](std::uint64_t m, std::uint64_t n) { return y[m * s_.N + n]; }, what.str());
   }
 
  private:

@@ -79,6 +79,8 @@ struct ModelConfig {
   std::vector<std::string> notes;
 
   LayerKind layer_kind(std::uint64_t layer) const;
+  // Every layer's MLP is a mixture of experts: the model has no dense MLP.
+  bool all_layers_moe() const;
 };
 
 // A short name from harness/data/models/index.json, or a path to a config.json.

@@ -37,8 +37,7 @@ std::vector<Point> projection_points(const SweepScope& sc, Phase phase, std::uin
   const bool prefill = phase == Phase::prefill;
   std::vector<Point> pts;
   // A model whose every layer is a mixture of experts has no dense MLP to benchmark.
-  const bool all_moe = !m.moe_layers.empty() && std::all_of(m.moe_layers.begin(), m.moe_layers.end(), [](bool b) { return b; });
-  for (const auto& lin : linear_ops(m, M, Precision::from(sc.dtype, sc.dtype), all_moe)) {
+  for (const auto& lin : linear_ops(m, M, Precision::from(sc.dtype, sc.dtype), m.all_layers_moe())) {
     if (prefill && lin.name == "lm_head") continue;  // prefill computes logits for the last token only
     OpRequest r = linear_request(LinearShape::of(lin.shape), sc.dtype, Impl::own);
     r.phase = phase;

@@ -83,10 +83,8 @@ PHASEBENCH_DECLARE_OPS(linear_int4) {
         if (sc.dtype != (has_bf16 || sc.dtypes.empty() ? DType::bf16 : sc.dtypes.front())) return pts;
         const ModelConfig& m = *sc.model;
         const auto G = sc.axes->one("int4_group");
-        const bool all_moe =
-            !m.moe_layers.empty() && std::all_of(m.moe_layers.begin(), m.moe_layers.end(), [](bool b) { return b; });
         for (auto B : (*sc.axes)["int4_batches"]) {
-          for (const auto& lin : linear_ops(m, B, Precision::from(DType::bf16, DType::bf16), all_moe)) {
+          for (const auto& lin : linear_ops(m, B, Precision::from(DType::bf16, DType::bf16), m.all_layers_moe())) {
             const auto s = LinearShape::of(lin.shape);
             if (s.K % G != 0) continue;  // a projection this group size does not fit
             OpRequest r = linear_int4_request(s, G, Impl::own);
