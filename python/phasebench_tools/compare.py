@@ -4,84 +4,154 @@ Run as `phasebench-compare` or `.venv/bin/python scripts/compare.py` (a thin wra
 
     phasebench-compare a.json b.json [c.json ...]
         [--format table|markdown|csv|json] [--output FILE]
-        [--fail-on-regression PCT] [--alpha 0.01] [--significance auto|welch|minmax]
-        [--filter REGEX]
+        [--fail-on-regression PCT] [--alpha 0.05] [--same-within 2]
+        [--significance auto|mannwhitney|minmax] [--filter REGEX]
 
 The first file is the reference. Points are matched on their structured key (phase, op,
 model, target, dtype, impl, args), never on names. For every matched point and file: the
 median time, TFLOP/s, GB/s and fraction of the file's own roofline, and against the first
-file the speedup (reference time / this time), the change in time, and whether the change
-is significant. Per phase: geometric means of the speedups and of the fractions of
-roofline. Points that are not in every file are listed.
+file the speedup (reference time / this time), the change in time, a verdict and its
+p-value. Per phase: geometric means of the speedups and of the fractions of roofline, and
+the count of each verdict. Points that are not in every file are listed.
 
-Significance (a same-GPU regression check) uses the spread of the repetitions recorded in
-each file: a Welch t-test on (mean_s, stddev_s, samples) when both points have 2 samples or
-more, else non-overlapping [min_s, max_s] ranges. `--fail-on-regression PCT` exits 1 when
-some point is significantly slower than the reference by more than PCT percent (or a point
-that ran in the reference now fails with an error).
+Verdicts (a same-GPU regression check; across GPUs they only restate the speedup). With
+ratio = median time / reference median time, band = --same-within / 100 (default 2%) and
+alpha = --alpha (default 0.05):
+
+  * method "mannwhitney", when both points have raw samples (time.samples_s, schema 3):
+    scipy.stats.mannwhitneyu(this, reference, alternative="two-sided"), as Google
+    Benchmark's tools/compare.py runs it, gives p.
+      - AMBIGUOUS when the sample counts are too small for the test ever to reach alpha:
+        its smallest p (no sample of one side overlapping the other; 2 / C(n1+n2, n1) for
+        the exact test, e.g. 0.1 for 3 vs 3) is >= alpha;
+      - p < alpha: SLOWER if ratio > 1 + band, FASTER if ratio < 1 - band, else SAME (a
+        real but negligible change); AMBIGUOUS instead of SLOWER/FASTER when the ranks (U)
+        and the medians move in opposite directions;
+      - p >= alpha: SAME when both points are tight (IQR / median <= band) and the ratio is
+        within 1 +/- band; else AMBIGUOUS (too noisy to tell, or a change of the medians
+        the test cannot confirm).
+  * method "minmax", when either file has no raw samples (schema 1 and 2): the same rule
+    with "the [min_s, max_s] ranges do not overlap" in place of p < alpha and the recorded
+    cv (stddev / mean; the range itself widens with every sample) as the spread; p-value
+    none. Overlapping ranges with a large spread are AMBIGUOUS.
+
+`--significance mannwhitney` forces the U test (AMBIGUOUS without raw samples),
+`--significance minmax` the ranges (no scipy needed). `--fail-on-regression PCT` exits 1
+when some point is SLOWER than the reference by more than PCT percent (so a slowdown must
+also be significant and beyond the band: a large change the test cannot confirm is
+AMBIGUOUS and does not fail), or a point that ran in the reference now fails with an error.
 
 Exit status: 0 fine; 1 regression beyond the threshold; 2 bad input (a file that cannot be
-read, fewer than two usable files, or files with no benchmark in common). The files that can
-be read are still compared and reported when another one is bad.
+read, fewer than two usable files, files with no benchmark in common, or a bad option
+value, each one line on stderr). The files that can be read are still compared and
+reported when another one is bad.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import json
 import math
 import re
+import statistics
 import sys
 
 from . import results as pr
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+DEFAULT_ALPHA = 0.05
+DEFAULT_SAME_WITHIN_PCT = 2.0
 
 
 # --------------------------------------------------------------------------------------
-# Statistics
+# Verdicts
 # --------------------------------------------------------------------------------------
 
-def welch_p_value(m1: float, s1: float, n1: int, m2: float, s2: float, n2: int) -> float:
-    """Two-sided Welch t-test p-value from summary statistics."""
-    v1, v2 = s1 * s1 / n1, s2 * s2 / n2
-    if v1 + v2 == 0:
-        return 0.0 if m1 != m2 else 1.0
-    from scipy import stats  # imported here: only this function needs it
-
-    t = (m1 - m2) / math.sqrt(v1 + v2)
-    df = (v1 + v2) ** 2 / ((v1 * v1 / (n1 - 1) if n1 > 1 else 0) + (v2 * v2 / (n2 - 1) if n2 > 1 else 0))
-    return float(2 * stats.t.sf(abs(t), df))
+VERDICTS = ("FASTER", "SLOWER", "SAME", "AMBIGUOUS")
+METHODS = ("auto", "mannwhitney", "minmax")
 
 
-def significance(a: pr.Point, b: pr.Point, alpha: float, method: str = "auto") -> dict:
-    """Whether b's time differs from a's beyond the noise. Returns {significant, method, p_value, why}."""
+def relative_iqr(xs: list) -> float | None:
+    """Interquartile range / median of raw samples (None below 2 samples: no spread to judge)."""
+    if len(xs) < 2:
+        return None
+    q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return (q3 - q1) / med
+
+
+def mannwhitney(a: list, b: list) -> tuple[float, float]:
+    """(two-sided p-value, U of b) of scipy's Mann-Whitney U test, as Google Benchmark's compare.py calls it."""
+    from scipy import stats  # imported here: --significance minmax runs without scipy
+
+    r = stats.mannwhitneyu(b, a, alternative="two-sided")
+    p = float(r.pvalue)
+    return (p if math.isfinite(p) else 1.0), float(r.statistic)  # all samples equal: no evidence of a change
+
+
+@functools.lru_cache(maxsize=None)
+def min_p_value(na: int, nb: int) -> float:
+    """The smallest p the U test can give with these sample counts: every sample of one side below the other's."""
+    return mannwhitney(list(range(na)), list(range(na, na + nb)))[0]
+
+
+def _decide(ratio: float, band: float, significant: bool, spreads: tuple, spread_kind: str) -> tuple[str, str]:
+    """(verdict, why) once the test has spoken; shared by both methods so that they judge alike."""
+    change = f"{(ratio - 1) * 100:+.1f}%"
+    if significant:
+        if ratio > 1 + band:
+            return "SLOWER", f"{change} beyond +/-{band * 100:g}%"
+        if ratio < 1 - band:
+            return "FASTER", f"{change} beyond +/-{band * 100:g}%"
+        return "SAME", f"a real but negligible change: {change} within +/-{band * 100:g}%"
+    tight = all(x is not None and x <= band for x in spreads)
+    shown = " and ".join("-" if x is None else f"{x * 100:.1f}%" for x in spreads)
+    if tight and abs(ratio - 1) <= band:
+        return "SAME", f"both spreads ({spread_kind} {shown}) and the change ({change}) within +/-{band * 100:g}%"
+    if tight:
+        return "AMBIGUOUS", f"tight spreads ({spread_kind} {shown}) but a {change} change the test cannot confirm"
+    return "AMBIGUOUS", f"too noisy to tell: spread ({spread_kind}) {shown} against +/-{band * 100:g}%"
+
+
+def verdict(a: pr.Point, b: pr.Point, alpha: float, band: float, method: str = "auto") -> dict:
+    """The verdict on b's time against the reference a's (both ok points); see the module docstring.
+
+    Returns {verdict, method, significant, p_value, why, ...}: p_value is None for minmax.
+    """
+    ratio = b.median_s / a.median_s
+    sa, sb = a.samples_s, b.samples_s
+    if method == "mannwhitney" or (method == "auto" and sa is not None and sb is not None):
+        if sa is None or sb is None:
+            return {"verdict": "AMBIGUOUS", "method": "mannwhitney", "significant": None, "p_value": None,
+                    "why": "no raw samples (time.samples_s, schema 3) in "
+                           + " and ".join(x for x, s in (("the reference", sa), ("this file", sb)) if s is None)}
+        p, u_b = mannwhitney(sa, sb)
+        best = min_p_value(len(sa), len(sb))
+        spreads = (relative_iqr(sa), relative_iqr(sb))
+        out = {"method": "mannwhitney", "significant": p < alpha, "p_value": p, "min_p_value": best,
+               "samples": [len(sa), len(sb)], "spread": list(spreads)}
+        if best >= alpha:
+            return {**out, "verdict": "AMBIGUOUS",
+                    "why": f"too few samples ({len(sa)} vs {len(sb)}): the U test cannot reach p < {alpha:g} "
+                           f"(its smallest p is {best:.2g}, when no sample of one side overlaps the other)"}
+        v, why = _decide(ratio, band, p < alpha, spreads, "IQR/median")
+        # The U test compares ranks, the ratio medians: a verdict needs both to agree on the direction.
+        ranks_slower = u_b > len(sa) * len(sb) / 2
+        if v in ("SLOWER", "FASTER") and ranks_slower != (v == "SLOWER"):
+            v, why = "AMBIGUOUS", (f"the ranks say {'slower' if ranks_slower else 'faster'} but the median "
+                                   f"moved {(ratio - 1) * 100:+.1f}%")
+        return {**out, "verdict": v, "why": f"U test p={p:.2g} ({'<' if p < alpha else '>='} {alpha:g}); {why}"}
     ta, tb = a.time or {}, b.time or {}
-    na, nb = int(ta.get("samples") or 1), int(tb.get("samples") or 1)
-    sa, sb = ta.get("stddev_s"), tb.get("stddev_s")
-    ma, mb = ta.get("mean_s", ta.get("median_s")), tb.get("mean_s", tb.get("median_s"))
-    can_welch = na >= 2 and nb >= 2 and sa is not None and sb is not None and ma is not None and mb is not None
-    if method == "welch" or (method == "auto" and can_welch):
-        if not can_welch:
-            return {"significant": None, "method": "welch", "p_value": None,
-                    "why": "needs 2+ samples with a standard deviation in both files"}
-        p = welch_p_value(ma, sa, na, mb, sb, nb)
-        if not math.isfinite(p):
-            p = 1.0
-        # Only a shift in the same direction as the medians counts (the mean can be dragged by outliers).
-        same_dir = (mb - ma) * (tb["median_s"] - ta["median_s"]) > 0
-        why = f"Welch t-test p={p:.3g} ({'<' if p < alpha else '>='} alpha {alpha:g})"
-        if p < alpha and not same_dir:
-            why += ", but the means and the medians moved in opposite directions"
-        return {"significant": bool(p < alpha and same_dir), "method": "welch", "p_value": p, "why": why,
-                "opposite": bool(p < alpha and not same_dir)}
-    lo_a, hi_a = ta.get("min_s", ta.get("median_s")), ta.get("max_s", ta.get("median_s"))
-    lo_b, hi_b = tb.get("min_s", tb.get("median_s")), tb.get("max_s", tb.get("median_s"))
+    lo_a, hi_a = ta.get("min_s", a.median_s), ta.get("max_s", a.median_s)
+    lo_b, hi_b = tb.get("min_s", b.median_s), tb.get("max_s", b.median_s)
     disjoint = lo_b > hi_a or hi_b < lo_a
-    return {"significant": bool(disjoint), "method": "minmax", "p_value": None,
-            "why": "min..max ranges " + ("do not overlap" if disjoint else "overlap")}
+    # The recorded cv, not the min..max range, is the spread: a range widens with every sample taken.
+    spreads = (a.cv, b.cv)
+    v, why = _decide(ratio, band, disjoint, spreads, "cv")
+    return {"verdict": v, "method": "minmax", "significant": disjoint, "p_value": None, "spread": list(spreads),
+            "why": f"min..max ranges {'do not overlap' if disjoint else 'overlap'}; {why}"}
 
 
 # --------------------------------------------------------------------------------------
@@ -101,12 +171,19 @@ def _point_cells(p: pr.Point | None) -> dict | None:
                   "cv": t.get("cv"), "samples": t.get("samples"), "min_s": t.get("min_s"), "max_s": t.get("max_s"),
                   "tflops": p.tflops, "gbps": p.gbps, "intensity": p.intensity,
                   "fraction_of_roofline": p.fraction, "bound": p.bound,
-                  "fraction_of_roofline_by_source": {s: f for s, f in by_source.items() if f is not None}})
+                  "fraction_of_roofline_by_source": {s: f for s, f in by_source.items() if f is not None},
+                  "raw_samples": p.samples_s is not None, "converged": t.get("converged"), "noise": t.get("noise"),
+                  "stop_reason": t.get("stop_reason")})
     return d
 
 
-def build_comparison(results: list, errors: list, alpha: float = 0.01, method: str = "auto",
-                     fail_pct: float | None = None, name_filter: str | None = None) -> dict:
+def _no_counts() -> dict:
+    return {**{v.lower(): 0 for v in VERDICTS}, "not_compared": 0}
+
+
+def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, method: str = "auto",
+                     fail_pct: float | None = None, name_filter: str | None = None,
+                     same_within_pct: float = DEFAULT_SAME_WITHIN_PCT) -> dict:
     labels = pr.file_labels(len(results))
     m = pr.match(results)
     keys = m.keys
@@ -136,8 +213,10 @@ def build_comparison(results: list, errors: list, alpha: float = 0.01, method: s
                                "message": f"{results[i].path}: no benchmark in common with the reference "
                                           f"{results[0].path} (different models, ops, dtypes or sweep arguments?)"})
 
-    points, only_some, status_changes, regressions = [], [], [], []
-    counts = {"slower": 0, "faster": 0, "unchanged": 0, "not_compared": 0}
+    band = same_within_pct / 100
+    points, only_some, status_changes, regressions, ambiguous = [], [], [], [], []
+    counts = _no_counts()
+    phase_counts: dict = {}  # (phase, file label) -> counts like `counts`
     for k in keys:
         row = m.table[k]
         present = [labels[i] for i, p in enumerate(row) if p is not None]
@@ -152,32 +231,35 @@ def build_comparison(results: list, errors: list, alpha: float = 0.01, method: s
             p = row[i]
             if ref is None or p is None:
                 continue
+            tally = phase_counts.setdefault((k.phase, labels[i]), _no_counts())
             if ref.ok and not p.ok:
                 change = {"name": name, "file": labels[i], "from": ref.status, "to": p.status, "message": p.message}
                 status_changes.append(change)
                 if p.status == "error" and fail_pct is not None:
                     regressions.append({**change, "kind": "error"})
                 counts["not_compared"] += 1
+                tally["not_compared"] += 1
                 continue
             if not (ref.ok and p.ok):
                 if ref.status != p.status:
                     status_changes.append({"name": name, "file": labels[i], "from": ref.status, "to": p.status,
                                            "message": p.message or ref.message})
                 counts["not_compared"] += 1
+                tally["not_compared"] += 1
                 continue
             speedup = ref.median_s / p.median_s
             change_pct = (p.median_s / ref.median_s - 1) * 100
-            sig = significance(ref, p, alpha, method)
+            v = verdict(ref, p, alpha, band, method)
             frac_ratio = (p.fraction / ref.fraction) if (p.fraction and ref.fraction) else None
             entry["vs_first"][labels[i]] = {"speedup": speedup, "time_change_pct": change_pct,
-                                            "fraction_ratio": frac_ratio, **sig}
-            if sig["significant"]:
-                counts["slower" if change_pct > 0 else "faster"] += 1
-            else:
-                counts["unchanged"] += 1
-            if fail_pct is not None and sig["significant"] and change_pct > fail_pct:
+                                            "fraction_ratio": frac_ratio, **v}
+            counts[v["verdict"].lower()] += 1
+            tally[v["verdict"].lower()] += 1
+            if v["verdict"] == "AMBIGUOUS":
+                ambiguous.append({"name": name, "file": labels[i], "time_change_pct": change_pct, "why": v["why"]})
+            if fail_pct is not None and v["verdict"] == "SLOWER" and change_pct > fail_pct:
                 regressions.append({"name": name, "file": labels[i], "kind": "slower", "time_change_pct": change_pct,
-                                    "reference_median_s": ref.median_s, "median_s": p.median_s, "why": sig["why"]})
+                                    "reference_median_s": ref.median_s, "median_s": p.median_s, "why": v["why"]})
         points.append(entry)
 
     # Per-phase geometric means over the points each file shares with the reference.
@@ -197,10 +279,12 @@ def build_comparison(results: list, errors: list, alpha: float = 0.01, method: s
             summary.append({"phase": ph, "file": lab, "points": len(shared),
                             "geomean_speedup_vs_first": pr.geomean(sp) if i > 0 else (1.0 if shared else None),
                             "points_in_all_files": len(all_ok),
-                            "geomean_fraction_of_roofline": pr.geomean(fr)})
+                            "geomean_fraction_of_roofline": pr.geomean(fr),
+                            "verdicts": phase_counts.get((ph, lab), _no_counts()) if i > 0 else None})
     return {"files": files, "reference": labels[0] if labels else None, "alpha": alpha, "significance": method,
-            "fail_on_regression_pct": fail_pct, "points": points, "summary": summary, "only_in_some": only_some,
-            "status_changes": status_changes, "regressions": regressions, "counts": counts,
+            "same_within_pct": same_within_pct, "fail_on_regression_pct": fail_pct, "points": points,
+            "summary": summary, "only_in_some": only_some, "status_changes": status_changes,
+            "regressions": regressions, "ambiguous": ambiguous, "counts": counts,
             "warnings": warnings, "errors": new_errors}
 
 
@@ -236,7 +320,7 @@ def fmt_pct(v: float | None, signed: bool = False) -> str:
 def point_rows(cmp: dict) -> tuple[list, list]:
     """The points table in long form: one row per point and file."""
     header = ["point", "file", "status", "time", "TFLOP/s", "GB/s", "% roofline", "speedup vs " + (cmp["reference"] or "A"),
-              "time change", "significant"]
+              "time change", "verdict", "p-value"]
     rows = []
     for e in cmp["points"]:
         first = True
@@ -244,39 +328,42 @@ def point_rows(cmp: dict) -> tuple[list, list]:
             row = [e["name"] if first else "", lab]
             first = False
             if c is None:
-                rows.append(row + ["absent"] + ["-"] * 7)
+                rows.append(row + ["absent"] + ["-"] * 8)
                 continue
             if c["status"] != "ok":
-                rows.append(row + [c["status"]] + ["-"] * 7)
+                rows.append(row + [c["status"]] + ["-"] * 8)
                 continue
             v = e["vs_first"].get(lab)
-            sig = "-"
-            if v:
-                if v["significant"] is None:
-                    sig = "unknown"
-                else:
-                    sig = ("yes" if v["significant"] else "no") + (f" (p={v['p_value']:.2g})" if v["p_value"] is not None
-                                                                   else f" ({v['method']})")
-                    if v.get("opposite"):
-                        sig += " mean/median disagree"
+            p = "-"
+            if v:  # minmax has no p-value: the column names the method instead
+                p = f"{v['p_value']:.2g}" if v["p_value"] is not None else v["method"]
             rows.append(row + ["ok", fmt_time(c["median_s"]), fmt_num(c["tflops"]), fmt_num(c["gbps"]),
                                fmt_pct(c["fraction_of_roofline"]),
                                f"{v['speedup']:.3f}x" if v else "-", fmt_pct(v["time_change_pct"], True) if v else "-",
-                               sig])
+                               v["verdict"] if v else "-", p])
     return header, rows
 
 
 def summary_rows(cmp: dict) -> tuple[list, list]:
     ref = cmp["reference"] or "A"
     header = ["phase", "file", "device", "points vs " + ref, f"geomean speedup vs {ref}", "geomean % roofline",
-              "points in all files"]
+              "points in all files", *VERDICTS, "not compared"]
     dev = {f["label"]: f["device"] for f in cmp["files"]}
     rows = []
     for s in cmp["summary"]:
-        g = s["geomean_speedup_vs_first"]
+        g, n = s["geomean_speedup_vs_first"], s["verdicts"]
+        tally = [str(n[v.lower()]) for v in VERDICTS] + [str(n["not_compared"])] if n else ["-"] * (len(VERDICTS) + 1)
         rows.append([s["phase"], s["file"], dev.get(s["file"], ""), str(s["points"]), "-" if g is None else f"{g:.3f}x",
-                     fmt_pct(s["geomean_fraction_of_roofline"]), str(s["points_in_all_files"])])
+                     fmt_pct(s["geomean_fraction_of_roofline"]), str(s["points_in_all_files"]), *tally])
     return header, rows
+
+
+def counts_text(cmp: dict) -> str:
+    """One line: how many verdicts of each kind against the reference, over every file and phase."""
+    c = cmp["counts"]
+    return (f"verdicts against {cmp['reference']}: " + ", ".join(f"{c[v.lower()]} {v}" for v in VERDICTS)
+            + f", {c['not_compared']} not compared (method {cmp['significance']}, alpha {cmp['alpha']:g}, "
+              f"SAME within +/-{cmp['same_within_pct']:g}%)")
 
 
 def render_text_table(header: list, rows: list) -> str:
@@ -311,16 +398,20 @@ def render_text(cmp: dict, markdown: bool) -> str:
     for e in cmp["errors"]:
         out.append(("> " if markdown else "") + f"error: {e['message']}")
     out.append("")
-    out.append(h(f"Points (ratios against {cmp['reference']}; time is the median; significance: "
-                 f"{cmp['significance']}, alpha {cmp['alpha']:g})"))
+    out.append(h(f"Points (ratios against {cmp['reference']}; time is the median; verdicts: method "
+                 f"{cmp['significance']}, alpha {cmp['alpha']:g}, SAME within +/-{cmp['same_within_pct']:g}%)"))
     out.append(table(*point_rows(cmp)))
     out.append("")
-    out.append(h("Per-phase summary (geometric means)"))
+    out.append(h("Per-phase summary (geometric means, verdict counts)"))
     out.append(table(*summary_rows(cmp)))
-    c = cmp["counts"]
     out.append("")
-    out.append(f"changes against {cmp['reference']}: {c['slower']} significantly slower, {c['faster']} significantly "
-               f"faster, {c['unchanged']} not significant, {c['not_compared']} not compared")
+    out.append(counts_text(cmp))
+    if cmp["ambiguous"]:
+        out.append("")
+        out.append(h(f"AMBIGUOUS points ({len(cmp['ambiguous'])}): too noisy or too few samples to tell"))
+        out.append(table(["point", "file", "time change", "why"],
+                         [[a["name"], a["file"], fmt_pct(a["time_change_pct"], True), a["why"]]
+                          for a in cmp["ambiguous"]]))
     if cmp["only_in_some"]:
         out.append("")
         out.append(h(f"Points not in every file ({len(cmp['only_in_some'])})"))
@@ -335,19 +426,21 @@ def render_text(cmp: dict, markdown: bool) -> str:
         out.append("")
         thr = cmp["fail_on_regression_pct"]
         if cmp["regressions"]:
-            out.append(h(f"REGRESSIONS (significantly slower by more than {thr:g}%, or now failing)"))
+            out.append(h(f"REGRESSIONS (SLOWER by more than {thr:g}%, or now failing)"))
             out.append(table(["point", "file", "kind", "time change", "why"],
                              [[r["name"], r["file"], r["kind"], fmt_pct(r.get("time_change_pct"), True),
                                r.get("why", r.get("message", ""))] for r in cmp["regressions"]]))
         else:
             out.append(f"no regression beyond {thr:g}% against {cmp['reference']}")
+        if cmp["ambiguous"]:  # the gate cannot see through noise: say so rather than pass silently
+            out.append(f"{len(cmp['ambiguous'])} AMBIGUOUS point(s) could not be checked")
     return "\n".join(out) + "\n"
 
 
 CSV_FIELDS = ["name", "phase", "op", "model", "target", "dtype", "impl", "args", "file", "path", "device", "status",
               "median_s", "mean_s", "stddev_s", "samples", "min_s", "max_s", "tflops", "gbps", "intensity",
-              "fraction_of_roofline", "bound", "speedup_vs_first", "time_change_pct", "significant", "p_value",
-              "significance_method", "present_in"]
+              "fraction_of_roofline", "bound", "speedup_vs_first", "time_change_pct", "verdict", "p_value",
+              "method", "significant", "why", "present_in"]
 
 
 def render_csv(cmp: dict) -> str:
@@ -371,9 +464,9 @@ def render_csv(cmp: dict) -> str:
             v = e["vs_first"].get(lab)
             if v:
                 row.update({"speedup_vs_first": v["speedup"], "time_change_pct": v["time_change_pct"],
-                            "significant": "" if v["significant"] is None else str(v["significant"]).lower(),
-                            "p_value": "" if v["p_value"] is None else v["p_value"],
-                            "significance_method": v["method"]})
+                            "verdict": v["verdict"], "p_value": "" if v["p_value"] is None else v["p_value"],
+                            "method": v["method"], "why": v["why"],
+                            "significant": "" if v["significant"] is None else str(v["significant"]).lower()})
             w.writerow(row)
     return buf.getvalue()
 
@@ -390,21 +483,35 @@ def render(cmp: dict, fmt: str) -> str:
 # CLI
 # --------------------------------------------------------------------------------------
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line on stderr (exit 2), like the tool's other bad-input messages."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         description="Compare phasebench results files (ratios against the first), across GPUs or as a same-GPU "
-                    "regression check.",
+                    "regression check. Each point gets a verdict against the first file: FASTER, SLOWER, SAME or "
+                    "AMBIGUOUS (too noisy or too few samples to tell).",
         epilog="exit status: 0 fine, 1 regression beyond --fail-on-regression, 2 bad input")
     ap.add_argument("files", nargs="+", metavar="FILE", help="results JSON written by `phasebench run` (2 or more)")
     ap.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table",
                     help="output format (default: a terminal table)")
     ap.add_argument("--output", "-o", metavar="PATH", help="write the output here instead of stdout")
     ap.add_argument("--fail-on-regression", type=float, metavar="PCT", default=None,
-                    help="exit 1 if a point is significantly slower than in the first file by more than PCT percent")
-    ap.add_argument("--alpha", type=float, default=0.01, help="significance level of the Welch t-test (default 0.01)")
-    ap.add_argument("--significance", choices=("auto", "welch", "minmax"), default="auto",
-                    help="auto: Welch t-test from mean/stddev/samples where both points have 2+ samples, else "
-                         "non-overlapping min..max ranges (default)")
+                    help="exit 1 if a point is SLOWER than in the first file (significant, beyond --same-within) by "
+                         "more than PCT percent, or ran there and now fails with an error")
+    ap.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                    help=f"significance level of the Mann-Whitney U test, in (0, 1) (default {DEFAULT_ALPHA:g})")
+    ap.add_argument("--same-within", type=float, metavar="PCT", default=DEFAULT_SAME_WITHIN_PCT,
+                    help="a change of the median time within +/-PCT percent is SAME, and a spread within it is tight "
+                         f"(default {DEFAULT_SAME_WITHIN_PCT:g})")
+    ap.add_argument("--significance", choices=METHODS, default="auto",
+                    help="auto: the Mann-Whitney U test on the raw samples (schema 3) where both points have them, "
+                         "else non-overlapping min..max ranges (default); mannwhitney: only the U test (AMBIGUOUS "
+                         "without raw samples); minmax: only min..max ranges (needs no scipy)")
     ap.add_argument("--filter", metavar="REGEX", help="only points whose name (or key label) matches")
     return ap
 
@@ -413,10 +520,12 @@ def parse_args(ap: argparse.ArgumentParser, argv: list | None = None) -> argpars
     a = ap.parse_args(argv)
     if len(a.files) < 2:
         ap.error("give two or more results files (the first is the reference)")
-    if a.fail_on_regression is not None and a.fail_on_regression < 0:
-        ap.error("--fail-on-regression takes a percentage >= 0")
+    if a.fail_on_regression is not None and not (math.isfinite(a.fail_on_regression) and a.fail_on_regression >= 0):
+        ap.error(f"--fail-on-regression takes a percentage >= 0, not {a.fail_on_regression:g}")
     if not 0 < a.alpha < 1:
-        ap.error("--alpha must be between 0 and 1")
+        ap.error(f"--alpha must be strictly between 0 and 1, not {a.alpha:g}")
+    if not 0 <= a.same_within < 100:
+        ap.error(f"--same-within takes a percentage >= 0 and below 100, not {a.same_within:g}")
     return a
 
 
@@ -431,8 +540,13 @@ def main(argv: list | None = None) -> int:
         print(f"{prog}: error: {len(results)} usable file(s) of {len(a.files)}; need two to compare",
               file=sys.stderr)
         return EXIT_BAD_INPUT
-    cmp = build_comparison(results, errors, alpha=a.alpha, method=a.significance, fail_pct=a.fail_on_regression,
-                           name_filter=a.filter)
+    try:
+        cmp = build_comparison(results, errors, alpha=a.alpha, method=a.significance, fail_pct=a.fail_on_regression,
+                               name_filter=a.filter, same_within_pct=a.same_within)
+    except ImportError as e:  # scipy, which only the U test needs
+        print(f"{prog}: error: the Mann-Whitney U test needs scipy ({e}); install scripts/requirements.txt, "
+              f"or use --significance minmax", file=sys.stderr)
+        return EXIT_BAD_INPUT
     for w in cmp["warnings"]:
         print(f"{prog}: warning: {w}", file=sys.stderr)
     for e in cmp["errors"][len(errors):]:

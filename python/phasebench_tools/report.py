@@ -188,12 +188,9 @@ def comparison_section(cmp: dict, results: list) -> str:
                      [[f["label"], f["path"], f["device"], f["backend"], f["date"], f["cache"]] for f in cmp["files"]]))
     for w in cmp["warnings"]:
         out.append(f"<div class='warn'>{esc(w)}</div>")
-    out.append("<h3>Per-phase summary (geometric means)</h3>")
-    out.append(table(*compare.summary_rows(cmp), numeric={3, 4, 5, 6}))
-    c = cmp["counts"]
-    out.append(f"<p>Against {esc(cmp['reference'])}: <b>{c['slower']}</b> significantly slower, <b>{c['faster']}</b> "
-               f"significantly faster, {c['unchanged']} not significant, {c['not_compared']} not compared "
-               f"(significance: {esc(cmp['significance'])}, alpha {cmp['alpha']:g}).</p>")
+    out.append("<h3>Per-phase summary (geometric means, verdict counts)</h3>")
+    out.append(table(*compare.summary_rows(cmp), numeric={3, 4, 5, 6, 7, 8, 9, 10, 11}))
+    out.append(f"<p>{esc(compare.counts_text(cmp))}.</p>")
     out.append("<h3>Roofline overlay</h3>")
     out.append(fig_img(roofline.roofline_figure(results), "roofline overlay"))
     if any(roofline.decode_linear_series(r) for r in results):
@@ -201,7 +198,7 @@ def comparison_section(cmp: dict, results: list) -> str:
         out.append(fig_img(roofline.decode_linear_figure(results), "decode linear overlay"))
     header, rows = compare.point_rows(cmp)
     out.append(f"<h3>Points ({len(cmp['points'])})</h3>")
-    out.append(table(header, rows, numeric={3, 4, 5, 6, 7, 8}))
+    out.append(table(header, rows, numeric={3, 4, 5, 6, 7, 8, 10}))
     if cmp["only_in_some"]:
         out.append(f"<h3>Points not in every file ({len(cmp['only_in_some'])})</h3>")
         out.append(table(["point", "in", "missing from"],

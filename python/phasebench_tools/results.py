@@ -8,8 +8,19 @@ superset of Google Benchmark's JSON whose context carries a "phasebench" object 
 version, backend, device, ceilings and, from schema 2 on, the decode-linear ridge crossings)
 and whose every benchmark entry carries a "phasebench" object (phase, op, model, target,
 dtype, impl, args, shape, flops, bytes, time statistics, roofline placement). Schema versions
-1 and 2 are read; schema 1 files have no recorded crossings (Results.decode_linear_crossings
+1, 2 and 3 are read; schema 1 files have no recorded crossings (Results.decode_linear_crossings
 is None, and the tools say so where they would show them).
+
+The time statistics of an ok point (`phasebench.time`, Point.time): median_s, mean_s,
+stddev_s, cv, samples, min_s, max_s, runs_per_sample. From schema 3 on they also carry:
+
+  * `samples_s`: the per-run seconds of every timed sample of the point, in the order they
+    were taken (at least 5), pooled over all the point's repetitions (Point.samples_s; None
+    for schema 1 and 2, or when the list is missing or not all positive finite numbers,
+    which the loader warns about). compare.py's verdicts are computed from them;
+  * `converged` (bool: whether the noise-based stopping rule converged), `noise` (the
+    relative spread it measured) and `stop_reason` (why sampling stopped): carried through
+    as recorded, shown by compare's JSON.
 
 The repetition rule (the same as the run's own summary, bench/summary.cpp):
 
@@ -39,10 +50,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 #: Schema versions of context.phasebench.schema_version this module understands.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3)
 
 #: The first schema version whose files record the decode-linear ridge crossings.
 CROSSINGS_SCHEMA_VERSION = 2
+
+#: The first schema version whose ok points record their raw samples (time.samples_s).
+SAMPLES_SCHEMA_VERSION = 3
 
 #: Ceiling sources, in the order of preference used when a figure needs "the" ceiling.
 CEILING_SOURCES = ("measured", "datasheet", "theoretical")
@@ -145,9 +159,19 @@ class Point:
 
     @property
     def time(self) -> dict | None:
-        """Time statistics (median_s, mean_s, stddev_s, cv, samples, min_s, max_s) of an ok point."""
+        """Time statistics (median_s, mean_s, stddev_s, cv, samples, min_s, max_s; schema 3 also
+        samples_s, converged, noise, stop_reason) of an ok point."""
         t = self.pb.get("time")
         return t if self.status == "ok" and isinstance(t, dict) else None
+
+    @property
+    def samples_s(self) -> list | None:
+        """The raw per-run seconds of every timed sample (schema 3), or None when the file has no usable list."""
+        raw = (self.time or {}).get("samples_s")
+        if not isinstance(raw, list) or not raw:
+            return None
+        vals = [_num(x) for x in raw]
+        return vals if all(v is not None and v > 0 for v in vals) else None
 
     @property
     def ok(self) -> bool:
@@ -176,6 +200,11 @@ class Point:
     @property
     def median_s(self) -> float | None:
         return _num((self.time or {}).get("median_s"))
+
+    @property
+    def cv(self) -> float | None:
+        """The samples' coefficient of variation (stddev / mean) as recorded."""
+        return _num((self.time or {}).get("cv"))
 
     @property
     def flops(self) -> float | None:
@@ -321,6 +350,12 @@ class Results:
 
     def bandwidth_ceilings(self) -> list:
         c = (self.pb.get("ceilings") or {}).get("bandwidth") or []
+        return [x for x in c if isinstance(x, dict) and (_num(x.get("bytes_per_s")) or 0) > 0]
+
+    def cache_ceilings(self) -> list:
+        """Cache-level read ceilings (schema 3: context.phasebench.ceilings.cache_bandwidth), each
+        {level, bytes_per_s, source, method}: hot reads within the L2 (GPU) or last-level cache (CPU)."""
+        c = (self.pb.get("ceilings") or {}).get("cache_bandwidth") or []
         return [x for x in c if isinstance(x, dict) and (_num(x.get("bytes_per_s")) or 0) > 0]
 
     def compute_ceiling(self, dtype: str, source: str) -> float | None:
@@ -512,6 +547,11 @@ def parse_results(doc: Any, path: str = "<results>") -> Results:
         raise ResultsError(path, "it contains no benchmark results (empty sweep, or the run stopped before the first point)")
     if without:
         warnings.append(f"{path}: {without} benchmark(s) without phasebench fields ignored")
+    if version >= SAMPLES_SCHEMA_VERSION:
+        unsampled = sum(1 for p in points if p.ok and p.samples_s is None)
+        if unsampled:
+            warnings.append(f"{path}: {unsampled} ok point(s) without a usable time.samples_s list (schema {version} "
+                            f"records one per point); compare judges them by min..max only")
     seen: dict = {}
     for p in points:
         if p.key in seen:

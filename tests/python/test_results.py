@@ -187,13 +187,42 @@ def test_aggregates_only_file_uses_the_median_entry(tmp_path):
     assert len(pr.load_results(str(p)).points) == n
 
 
-def test_schema_versions_1_and_2_load_others_do_not(tmp_path):
-    v2, v1 = pr.load_results(fixture("h100-base.json")), pr.load_results(fixture("h100-schema1.json"))
-    assert (v2.schema_version, v1.schema_version) == (2, 1)
-    assert [p.key for p in v1.points] == [p.key for p in v2.points]
+def test_schema_versions_1_2_and_3_load_others_do_not(tmp_path):
+    v3, v1 = pr.load_results(fixture("h100-base.json")), pr.load_results(fixture("h100-schema1.json"))
+    v2 = pr.load_results(fixture("h100-single-sample.json"))
+    assert (v3.schema_version, v2.schema_version, v1.schema_version) == (3, 2, 1)
+    assert [p.key for p in v1.points] == [p.key for p in v3.points] == [p.key for p in v2.points]
     with pytest.raises(pr.ResultsError) as e:
-        _edited(tmp_path, lambda doc: doc["context"]["phasebench"].update(schema_version=3), name="v3.json")
-    assert "v3.json: unknown schema version 3 (this script reads versions 1 and 2)" in str(e.value)
+        _edited(tmp_path, lambda doc: doc["context"]["phasebench"].update(schema_version=4), name="v4.json")
+    assert "v4.json: unknown schema version 4 (this script reads versions 1, 2 and 3)" in str(e.value)
+
+
+def test_raw_samples_are_read_from_schema_3_only():
+    r = pr.load_results(fixture("h100-base.json"))
+    for p in r.points:
+        assert p.samples_s == p.time["samples_s"] and len(p.samples_s) == p.time["samples"] >= 5
+        assert (p.time["converged"], p.time["stop_reason"]) == (True, "converged")  # carried through as written
+    assert all(p.samples_s is None for p in pr.load_results(fixture("h100-schema1.json")).points)
+    assert not r.warnings
+
+
+@pytest.mark.parametrize("bad", [[], "1e-6", [1e-6, "x"], [1e-6, -1e-6], [1e-6, 0], [1e-6, None], [True, 1e-6]])
+def test_unusable_raw_samples_are_none_and_warned(tmp_path, bad):
+    r = _edited(tmp_path, lambda doc: doc["benchmarks"][0]["phasebench"]["time"].update(samples_s=bad))
+    assert r.points[0].samples_s is None and r.points[1].samples_s is not None
+    assert any("1 ok point(s) without a usable time.samples_s list" in w for w in r.warnings), r.warnings
+
+
+def test_last_repetition_holds_the_pool_of_raw_samples(tmp_path):
+    # Each repetition's entry carries the pool so far; the last one stands, with all of them.
+    def edit(doc):
+        first = doc["benchmarks"][0]
+        early = json.loads(json.dumps(first))
+        early["phasebench"]["time"]["samples_s"] = first["phasebench"]["time"]["samples_s"][:5]
+        first["repetition_index"] = 1
+        doc["benchmarks"].insert(0, early)
+    r = _edited(tmp_path, edit)
+    assert len(r.points[0].entries) == 2 and len(r.points[0].samples_s) == 20
 
 
 def test_recorded_crossings_are_read():
