@@ -128,6 +128,8 @@ struct RunFlags {
   std::string backend = "auto", models = "llama-3.1-8b", dtypes, ops, out, cache = "cold", ceiling = "measured";
   std::map<std::string, std::string> axes;  // axis key -> the flag's text (OpRegistry's axes)
   std::vector<std::string> shapes;
+  // The stopping rule and the energy window; empty: the backend's defaults (stop_rule()).
+  std::string max_noise, min_samples, max_time, energy_window;
   bool no_calibrate = false, profile = false, no_blas = false, no_summary = false, no_paired_read = false,
        verify_only = false, overwrite = false;
 };
@@ -168,6 +170,51 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                "prepare every selected point and check it against its reference; time nothing, write no results file "
                "(exit 1 when a result is wrong)");
   app.add_flag("--no-summary", f.no_summary, "do not print the summary");
+  app.add_option("--max-noise", f.max_noise,
+                 "sample each point until the relative spread of its samples is at most this (percent, e.g. 0.5 or "
+                 "0.5%), or `off` for Google Benchmark's --benchmark_min_time loop (default: 0.5% on a GPU, 2% on a CPU)");
+  app.add_option("--min-samples", f.min_samples, "samples each point takes at least (default 10 on a GPU, 5 on a CPU; never under 5)");
+  app.add_option("--max-time", f.max_time,
+                 "seconds a point may sample before it stops unconverged (default 3 on a GPU, 1 on a CPU)");
+  app.add_option("--energy-window", f.energy_window,
+                 "seconds of back-to-back runs per point over which the energy counter is read, where the device has one "
+                 "(default 0.5; 0: no energy)");
+}
+
+// A number from a flag's text, or one line naming the flag and what it takes.
+double parse_number(const std::string& text, const std::string& flag, double lo, double hi, const std::string& what) {
+  std::string t = text;
+  if (!t.empty() && t.back() == '%') t.pop_back();
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != t.size() || !std::isfinite(v) || v < lo || v > hi)
+    throw InputError(flag + " takes " + what + ", got '" + text + "'");
+  return v;
+}
+
+// The stopping rule of this run: the backend's defaults (tighter on a GPU,
+// whose samples are steadier), then the flags. --benchmark_min_time alone
+// means Google Benchmark's loop; with --max-noise too it is a contradiction.
+StopRule stop_rule(const RunFlags& f, const Backend& backend, bool min_time_given) {
+  StopRule r;
+  const bool gpu = backend.device().backend == "cuda";
+  r.max_noise = gpu ? 0.005 : 0.02;
+  r.min_samples = gpu ? 10 : kMinSamplesPerPoint;
+  r.max_time_s = gpu ? 3.0 : 1.0;
+  if (min_time_given && !f.max_noise.empty() && f.max_noise != "off")
+    throw InputError("--benchmark_min_time and --max-noise choose two different stopping rules; give one of them");
+  if (min_time_given || f.max_noise == "off") r.by_noise = false;
+  if (!f.max_noise.empty() && f.max_noise != "off")
+    r.max_noise = parse_number(f.max_noise, "--max-noise", 1e-6, 100, "a percentage above 0 (e.g. 0.5 or 0.5%) or off") / 100;
+  if (!f.min_samples.empty())
+    r.min_samples = static_cast<std::size_t>(parse_number(f.min_samples, "--min-samples", 1, 1e6, "a whole number of samples"));
+  if (!f.max_time.empty()) r.max_time_s = parse_number(f.max_time, "--max-time", 1e-3, 86400, "seconds above 0");
+  return r;
 }
 
 SweepConfig sweep_config(const RunFlags& f, bool models_given) {
@@ -212,7 +259,8 @@ int profile_points(Backend& backend, const std::vector<const Point*>& points) {
 }
 
 // The results file's context: what ran, on what, how the numbers are meant.
-nlohmann::json run_context(const Backend& backend, const std::string& why, const RunFlags& f, int argc, char** argv) {
+nlohmann::json run_context(Backend& backend, const std::string& why, const RunFlags& f, const RunOptions& opts, int argc,
+                           char** argv) {
   nlohmann::json pctx;
   pctx["backend"] = backend.device().backend;
   pctx["backend_choice"] = why;
@@ -227,6 +275,24 @@ nlohmann::json run_context(const Backend& backend, const std::string& why, const
   pctx["command_line"] = cmdline;
   pctx["decode_linear_crossings"] = nlohmann::json::array();  // filled in when the sweep ends
   pctx["beyond_caches_bytes"] = kBeyondCachesFactor * backend.device().cache_bytes;  // points' "beyond_caches"
+  const auto& stop = opts.stop;
+  if (stop.by_noise)
+    pctx["stopping"] = {{"rule", "noise"}, {"max_noise", stop.max_noise}, {"min_samples", std::max(kMinSamplesPerPoint, stop.min_samples)},
+                        {"max_time_s", stop.max_time_s},
+                        {"noise", "interquartile range / 1.349 / median of a call's samples (a robust stddev/mean)"}};
+  else
+    pctx["stopping"] = {{"rule", "google_benchmark_min_time"}, {"min_samples", std::max(kMinSamplesPerPoint, stop.min_samples)}};
+  pctx["clock_check"] = {{"ratio", opts.clock_ratio},
+                         {"available", !backend.clocks_unavailable()},
+                         {"why", backend.clocks_unavailable().value_or("")}};
+  // Energy: said once here when there is none, never a made-up number.
+  if (opts.energy_window_s <= 0) {
+    pctx["energy"] = {{"available", false}, {"why", "not measured: --energy-window 0"}};
+  } else if (const auto e = backend.energy(); e.ok) {
+    pctx["energy"] = {{"available", true}, {"source", backend.energy_source()}, {"window_s", opts.energy_window_s}};
+  } else {
+    pctx["energy"] = {{"available", false}, {"why", e.error}};
+  }
   return pctx;
 }
 
@@ -252,7 +318,7 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
     throw InputError(*no + "; use --verify-only to check every point's result, or --backend=cpu to measure the CPU");
   const std::string path = f.out.empty() ? default_results_path(source_root(), backend.device().slug) : f.out;
   // Refuses now (before any measuring) a path it must not replace or that another run writes.
-  ResultsFile file(path, run_context(backend, why, f, argc, argv), f.overwrite);
+  ResultsFile file(path, run_context(backend, why, f, ctx.options(), argc, argv), f.overwrite);
   std::snprintf(g_lock_path, sizeof g_lock_path, "%s", file.lock_path().c_str());
   std::snprintf(g_interrupt_message, sizeof g_interrupt_message,
                 "\nphasebench: interrupted; results of the finished points are in %s\n", path.c_str());
@@ -316,6 +382,8 @@ int cmd_run(int argc, char** argv) {
     ropts.cold_cache = f.cache == "cold";
     ropts.paired_read = !f.no_paired_read;
     ropts.ceiling = parse_ceiling_source(f.ceiling);
+    if (!f.energy_window.empty())
+      ropts.energy_window_s = parse_number(f.energy_window, "--energy-window", 0, 3600, "seconds (0: no energy)");
     if (ropts.ceiling == CeilingSource::theoretical) throw InputError("--roofline takes measured or datasheet");
     SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr);
 
@@ -323,6 +391,7 @@ int cmd_run(int argc, char** argv) {
     auto backend = make_backend(f.backend, &why);
     std::cerr << "phasebench: " << why << "\n";
     apply_defaults(cfg, *backend);
+    ropts.stop = stop_rule(f, *backend, has_flag(argc, argv, "--benchmark_min_time"));
     const auto points = build_sweep(cfg, *backend);
     if (points.empty()) throw InputError("the sweep is empty: no selected operation is implemented by this backend for these dtypes");
     const auto filter = benchmark_flag(argc, argv, "benchmark_filter");
@@ -373,6 +442,10 @@ int cmd_model(int argc, char** argv) {
                  "tensor-parallel GPUs: each op per GPU (heads, MLP and experts split as Megatron-LM/vLLM do), plus "
                  "the all-reduces timed on the GPU's interconnect from the spec table");
   app.add_flag("--allow-long-context", allow_long, "estimate beyond max_position_embeddings (with a warning)");
+  double power = 0;
+  app.add_option("--power", power,
+                 "each GPU's power draw in watts (e.g. 700): also predict joules per token for prefill and decode, "
+                 "and per byte for decode, at that draw");
   app.add_option("--gpu", gpu, "GPU from the spec table (see `phasebench gpus`)");
   app.add_flag("--json", json, "print JSON (fields documented in docs/model-json.md)");
   app.add_flag("--simple", simple, "the simple 12*h^2 weights-only layer model of docs/design.md");
@@ -425,6 +498,7 @@ int cmd_model(int argc, char** argv) {
     in.generate = static_cast<std::uint64_t>(std::max<std::int64_t>(generate, 0));
     in.allow_long_context = allow_long;
     in.tp = positive(tp, "--tp");
+    if (app.count("--power")) in.power_w = power;
     const auto e = estimate(m, spec, in);
     if (json)
       std::cout << to_json(e).dump(2) << "\n";

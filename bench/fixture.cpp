@@ -4,8 +4,11 @@
 #include "fixture.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
+
+#include <fmt/format.h>
 
 #include "phasebench/analytical.hpp"
 #include "phasebench/error.hpp"
@@ -13,6 +16,19 @@
 #include "phasebench/ops/layer.hpp"
 
 namespace phasebench {
+
+double relative_noise(std::vector<double> s) {
+  const std::size_t n = s.size();
+  if (n < 2) return 0;
+  std::sort(s.begin(), s.end());
+  auto quantile = [&](double f) {  // linear interpolation between order statistics
+    const double pos = f * static_cast<double>(n - 1);
+    const auto i = static_cast<std::size_t>(pos);
+    return i + 1 < n ? s[i] + (s[i + 1] - s[i]) * (pos - static_cast<double>(i)) : s[i];
+  };
+  const double median = quantile(0.5);
+  return median > 0 ? (quantile(0.75) - quantile(0.25)) / 1.349 / median : 0;
+}
 
 SampleStats stats_of(std::vector<double> s) {
   SampleStats r;
@@ -98,38 +114,80 @@ void BenchContext::prepare_point(const Point& p, PointOutcome& out) {
   }
 }
 
-bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutcome& out) {
-  // Every timed sample of the point is kept, across Google Benchmark's calls
-  // (its iteration-count estimation and each repetition): all are timings of
-  // the same prepared, verified and warmed-up operation.
+bool BenchContext::take_sample(const Point& p, PointOutcome& out, std::vector<double>& call_samples) {
   TimingOptions topts;
   topts.cold_cache = opts_.cold_cache;
   topts.range_name = p.name;
-  const bool pair = pairs_reads(p);
-  const double point_bytes = static_cast<double>(p.cost.bytes.total());
-  // One sample: the paired read outside the timed region (manual time; it also
-  // leaves the caches cold), then the timed run.
-  auto sample = [&]() {
-    const std::optional<double> read = pair ? backend_.paired_read() : std::nullopt;
-    const Sample s = backend_.time(*op_, topts);
-    if (read && *read > 0 && s.seconds > 0) {
-      out.paired_read.push_back(*read);
-      out.paired_fraction.push_back(point_bytes / s.seconds / *read);
+  // The paired read goes outside the timed region (manual time; it also leaves the caches cold).
+  const std::optional<double> read = pair_ ? backend_.paired_read() : std::nullopt;
+  const Sample s = backend_.time(*op_, topts);
+  if (s.sm_mhz) {
+    run_max_mhz_ = std::max(run_max_mhz_, *s.sm_mhz);
+    if (*s.sm_mhz < opts_.clock_ratio * run_max_mhz_ && out.rejected_low_clock < kMaxRejectedPerPoint) {
+      out.rejected_min_mhz = out.rejected_low_clock ? std::min(out.rejected_min_mhz, *s.sm_mhz) : *s.sm_mhz;
+      ++out.rejected_low_clock;
+      return false;
     }
-    out.samples.push_back(s.seconds);
-    out.runs_per_sample = s.runs;
-    return s.seconds;
-  };
+  }
+  if (read && *read > 0 && s.seconds > 0) {
+    out.paired_read.push_back(*read);
+    out.paired_fraction.push_back(static_cast<double>(p.cost.bytes.total()) / s.seconds / *read);
+  }
+  out.samples.push_back(s.seconds);
+  call_samples.push_back(s.seconds);
+  out.runs_per_sample = s.runs;
+  return true;
+}
+
+bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutcome& out) {
+  // Every timed sample of the point is kept in one pool, across Google
+  // Benchmark's calls (its iteration-count estimation, each repetition): all
+  // time the same prepared, verified and warmed-up operation.
+  using Clock = std::chrono::steady_clock;
+  pair_ = pairs_reads(p);
+  const auto& rule = opts_.stop;
+  const std::size_t min_n = std::max(kMinSamplesPerPoint, rule.min_samples);
   try {
     backend_.throttled_since_last_check();  // reset the flag for this call
     for (auto _ : st) {
-      // Per run() call, so Google Benchmark's time column is one operation's time
-      // even when the backend timed several calls together.
-      st.SetIterationTime(sample());
+      std::vector<double> mine;
+      if (!rule.by_noise) {
+        // Google Benchmark's loop: one sample per iteration, per run() call so
+        // its time column is one operation's time even for a CUDA graph.
+        while (!take_sample(p, out, mine)) {
+        }
+        st.SetIterationTime(mine.back());
+        continue;
+      }
+      // By noise (registered with one iteration): this call samples until the
+      // spread is small enough or its time is up; its time is the median.
+      const auto t0 = Clock::now();
+      for (;;) {
+        take_sample(p, out, mine);
+        if (mine.size() < min_n) continue;
+        out.noise = relative_noise(mine);
+        if (out.noise <= rule.max_noise) {
+          out.stop_reason = "converged";
+          if (!out.converged.has_value()) out.converged = true;  // one call that did not stays false
+          break;
+        }
+        if (std::chrono::duration<double>(Clock::now() - t0).count() >= rule.max_time_s) {
+          out.stop_reason = "max_time";
+          out.converged = false;
+          break;
+        }
+      }
+      st.SetIterationTime(stats_of(mine).median);
     }
-    while (out.samples.size() < kMinSamplesPerPoint) sample();
-    out.throttled = backend_.throttled_since_last_check();
+    if (!rule.by_noise) {
+      std::vector<double> extra;
+      while (out.samples.size() < min_n) take_sample(p, out, extra);
+      out.noise = relative_noise(out.samples);
+      out.stop_reason = "google_benchmark_min_time";
+    }
+    out.throttled = backend_.throttled_since_last_check() || out.throttled;
     out.clocks = backend_.clocks();
+    measure_energy(out);
   } catch (const std::exception& e) {
     out.status = "error";
     out.message = e.what();
@@ -140,6 +198,33 @@ bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutco
   }
   out.status = "ok";
   return true;
+}
+
+void BenchContext::measure_energy(PointOutcome& out) {
+  using Clock = std::chrono::steady_clock;
+  if (opts_.energy_window_s <= 0 || out.samples.empty()) return;
+  backend_.synchronize();
+  const auto e0 = backend_.energy();
+  if (!e0.ok) return;  // the run context says once why there is no energy
+  // Back-to-back runs (no flush: a flush would cost energy of its own),
+  // synchronising about every 10 ms, until the window is full.
+  const double per_run = std::max(1e-7, stats_of(out.samples).median);
+  const auto batch = static_cast<std::uint64_t>(std::clamp(0.01 / per_run, 1.0, 1e5));
+  std::uint64_t runs = 0;
+  const auto t0 = Clock::now();
+  double elapsed = 0;
+  do {
+    for (std::uint64_t i = 0; i < batch; ++i) op_->run();
+    backend_.synchronize();
+    runs += batch;
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  } while (elapsed < opts_.energy_window_s);
+  const auto e1 = backend_.energy();
+  if (!e1.ok) {
+    out.energy_error = e1.error;
+    return;
+  }
+  out.energy = PointOutcome::Energy{e1.joules - e0.joules, elapsed, runs};
 }
 
 void BenchContext::set_counters(benchmark::State& st, const Point& p, const PointOutcome& out) const {
@@ -201,6 +286,39 @@ struct Secs {
   }
   nlohmann::json json() const { return ok ? nlohmann::json(finite_or_null(v)) : nlohmann::json(nullptr); }
 };
+
+// Raw samples, compactly: 6 significant digits are far below any timer's noise.
+nlohmann::json compact_samples(const std::vector<double>& v) {
+  auto a = nlohmann::json::array();
+  for (double x : v) a.push_back(std::stod(fmt::format("{:.6g}", x)));
+  return a;
+}
+
+// Tokens one run of a point processes: sequences x prompt tokens in prefill,
+// sequences (x new tokens per sequence, where the point has them) in decode;
+// 0 for points that are not about tokens (free shapes).
+std::uint64_t tokens_of(const Point& p) {
+  if (!p.args.count("batch")) return 0;
+  std::uint64_t t = p.args.at("batch");
+  if (p.phase == "prefill" && p.args.count("prompt")) t *= p.args.at("prompt");
+  if (p.args.count("new_tokens")) t *= p.args.at("new_tokens");
+  return t;
+}
+
+nlohmann::json energy_json(const Point& p, const PointOutcome::Energy& e, double bytes) {
+  const double per_run = e.runs ? e.joules / static_cast<double>(e.runs) : 0;
+  nlohmann::json j = {{"joules_per_run", per_run},
+                      {"watts", e.seconds > 0 ? e.joules / e.seconds : 0.0},
+                      {"window_s", e.seconds},
+                      {"runs", e.runs},
+                      {"joules_per_byte", bytes > 0 ? nlohmann::json(per_run / bytes) : nlohmann::json(nullptr)},
+                      {"method", "the energy counter read around back-to-back runs (no flush between them) after the "
+                                 "samples; joules over runs"}};
+  const auto tokens = tokens_of(p);
+  j["tokens_per_run"] = tokens;
+  j["joules_per_token"] = tokens ? nlohmann::json(per_run / static_cast<double>(tokens)) : nlohmann::json(nullptr);
+  return j;
+}
 
 }  // namespace
 
@@ -321,12 +439,21 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
   if (!o || o->status != "ok" || o->samples.empty()) return j;
   const auto s = stats_of(o->samples);
   j["time"] = {{"median_s", s.median}, {"mean_s", s.mean}, {"min_s", s.min}, {"max_s", s.max},
-               {"stddev_s", s.stddev}, {"cv", s.cv}, {"samples", s.count}, {"runs_per_sample", o->runs_per_sample}};
+               {"stddev_s", s.stddev}, {"cv", s.cv}, {"samples", s.count}, {"runs_per_sample", o->runs_per_sample},
+               {"noise", o->noise}, {"converged", o->converged ? nlohmann::json(*o->converged) : nlohmann::json(nullptr)},
+               {"stop_reason", o->stop_reason}, {"samples_s", compact_samples(o->samples)}};
   const double flops = static_cast<double>(cost.flops), bytes = static_cast<double>(cost.bytes.total());
   j["tflops"] = finite_or_null(tflops(flops, s.median));
   j["gbps"] = finite_or_null(gbps(bytes, s.median));
   j["throttled"] = o->throttled;
   j["clocks"] = o->clocks;
+  if (o->rejected_low_clock > 0 || run_max_mhz_ > 0)
+    j["clock_check"] = {{"ratio", opts_.clock_ratio},
+                        {"run_max_sm_mhz", run_max_mhz_},
+                        {"rejected_samples", o->rejected_low_clock},
+                        {"rejected_min_sm_mhz", o->rejected_low_clock ? nlohmann::json(o->rejected_min_mhz) : nlohmann::json(nullptr)}};
+  if (o->energy) j["energy"] = energy_json(*p, *o->energy, bytes);
+  if (!o->energy_error.empty()) j["energy"] = {{"error", o->energy_error}};
   if (p->request.kind == kLayer) j["layer"] = layer_json(*p, s.median);
   const auto ceil = backend_.ceilings();
   nlohmann::json all = nlohmann::json::object();
@@ -393,9 +520,11 @@ void register_points(BenchContext& ctx, const std::vector<Point>& points) {
   for (const auto& p : points) {
     ctx.add_point(p);
     const Point* stored = ctx.point(p.name);
-    benchmark::RegisterBenchmark(p.name.c_str(), [&ctx, stored](benchmark::State& st) { ctx.run(st, *stored); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+    auto* b = benchmark::RegisterBenchmark(p.name.c_str(), [&ctx, stored](benchmark::State& st) { ctx.run(st, *stored); })
+                  ->UseManualTime()
+                  ->Unit(benchmark::kMicrosecond);
+    // By noise, one Google Benchmark iteration holds all of a call's samples.
+    if (ctx.options().stop.by_noise) b->Iterations(1);
   }
 }
 

@@ -18,12 +18,33 @@
 namespace phasebench {
 
 // Every point that runs has at least this many samples, whatever
-// --benchmark_min_time lets Google Benchmark stop at (one slow sample is not a
-// median). The extra ones are taken right after its timing loop, the same way.
+// --benchmark_min_time or --min-samples say (one slow sample is not a median).
 inline constexpr std::size_t kMinSamplesPerPoint = 5;
 // A paired fraction above this is not a result: the point moved more bytes per
 // second than a streaming read timed just before it (a cold read, or a cache effect).
 inline constexpr double kPairedSuspectAbove = 1.05;
+
+// How many samples a point takes. By noise (nvbench's idea): sample until the
+// relative spread of the samples is at most max_noise, with at least
+// min_samples, and stop at max_time_s (wall time of the sampling, flushes and
+// paired reads included) unconverged. Otherwise Google Benchmark's
+// --benchmark_min_time loop decides, topped up to min_samples.
+struct StopRule {
+  bool by_noise = true;
+  double max_noise = 0.005;  // relative (0.5%)
+  std::size_t min_samples = kMinSamplesPerPoint;
+  double max_time_s = 5.0;
+};
+
+// The relative spread of samples: the interquartile range over 1.349 x the
+// median, an estimate of stddev/mean that one outlier (a preempted sample on a
+// shared machine) does not inflate. 0 for fewer than two samples.
+double relative_noise(std::vector<double> samples);
+
+// Samples at an SM clock below this fraction of the run's highest reading are
+// set aside (nvbench's clock-ratio check) and retaken, at most kMaxRejectedPerPoint per point.
+inline constexpr double kDefaultClockRatio = 0.75;
+inline constexpr std::size_t kMaxRejectedPerPoint = 50;
 
 struct PointOutcome {
   std::string status = "not run";  // ok | skipped | error
@@ -36,6 +57,21 @@ struct PointOutcome {
   // bytes/s of the streaming read timed right before it.
   std::vector<double> paired_fraction;
   std::vector<double> paired_read;  // the reads' bytes/s
+  // The stopping rule's verdict (every call of the point converged) and the
+  // noise of the last call's samples; why it stopped.
+  std::optional<bool> converged;  // nothing under Google Benchmark's loop
+  double noise = 0;
+  std::string stop_reason;
+  // Samples set aside for a low SM clock, and the lowest clock among them.
+  std::size_t rejected_low_clock = 0;
+  double rejected_min_mhz = 0;
+  // Energy over a window of back-to-back runs after the samples (when the backend has a counter).
+  struct Energy {
+    double joules = 0, seconds = 0;
+    std::uint64_t runs = 0;
+  };
+  std::optional<Energy> energy;
+  std::string energy_error;  // why the window failed, when it was tried
 };
 
 struct RunOptions {
@@ -44,6 +80,11 @@ struct RunOptions {
   // Time a streaming read before every sample of memory-bound points that move
   // beyond the caches (cold cache only; where the backend can).
   bool paired_read = true;
+  StopRule stop;
+  double clock_ratio = kDefaultClockRatio;
+  // Seconds of back-to-back runs per point over which the energy counter is
+  // read (0: no energy); only where the backend has a counter.
+  double energy_window_s = 0.5;
 };
 
 class BenchContext {
@@ -68,9 +109,11 @@ class BenchContext {
   bool pairs_reads(const Point& p) const;
   // The steps of run(): prepare, verify and warm up a point once (keeping the
   // samples it has); time Google Benchmark's iterations into its pool (false on
-  // an error); the counters and label of the median sample.
+  // an error); the counters and label of the median sample. take_sample() is
+  // one sample (paired read, timed run, clock check): false when it was set aside.
   void prepare_point(const Point& p, PointOutcome& out);
   bool time_samples(benchmark::State& st, const Point& p, PointOutcome& out);
+  bool take_sample(const Point& p, PointOutcome& out, std::vector<double>& call_samples);
   void set_counters(benchmark::State& st, const Point& p, const PointOutcome& out) const;
   // Why a point's fraction of roofline is above 1: its data was cached, or the
   // ceiling it is measured against is low (results: above_roofline.likely_cause).
@@ -86,6 +129,10 @@ class BenchContext {
   std::string current_;
   std::unique_ptr<PreparedOp> op_;
   std::string prepare_error_;
+  double run_max_mhz_ = 0;  // the highest SM clock read in this run
+  bool pair_ = false;       // whether the current point's samples get a paired read
+  // The energy window of a point (PointOutcome::energy), after its samples.
+  void measure_energy(PointOutcome& out);
 };
 
 // Statistics of a list of samples.

@@ -41,7 +41,37 @@ struct Collected {
   std::map<std::pair<std::string, std::uint64_t>, double> gemv_bf16_time, gemv_int4_time;
   // Points above their roofline: name, fraction, likely cause (fixture.cpp).
   std::vector<std::tuple<std::string, double, std::string>> above;
+  // The stopping rule's outcome: points timed, how many of those did not
+  // converge; samples set aside for a low SM clock, and in how many points.
+  std::size_t timed = 0, not_converged = 0, rejected = 0, rejected_points = 0;
+  // Energy per (phase, op): watts, J per token (layer points: times the model's
+  // layers), and J per byte of memory-bound decode points.
+  struct EnergyGroup {
+    std::vector<double> watts, joules_per_token, joules_per_byte;
+  };
+  std::map<std::pair<std::string, std::string>, EnergyGroup> energy;
 };
+
+void collect_measurement(const nlohmann::json& p, Collected& c) {
+  if (!p.contains("time")) return;
+  ++c.timed;
+  if (p.at("time").value("converged", nlohmann::json()) == false) ++c.not_converged;
+  if (p.contains("clock_check")) {
+    const auto n = p.at("clock_check").value("rejected_samples", std::uint64_t{0});
+    c.rejected += n;
+    c.rejected_points += n > 0;
+  }
+  if (!p.contains("energy") || !p.at("energy").contains("joules_per_run")) return;
+  const auto& e = p.at("energy");
+  auto& g = c.energy[{p.value("phase", ""), p.value("op", "")}];
+  g.watts.push_back(e.value("watts", 0.0));
+  if (e.value("joules_per_token", nlohmann::json()).is_number()) {
+    const double layers = p.contains("layer") ? p.at("layer").value("layers", 1.0) : 1.0;
+    g.joules_per_token.push_back(e.at("joules_per_token").get<double>() * std::max(1.0, layers));
+  }
+  if (p.value("phase", "") == "decode" && p.value("bound", "") == "memory" && e.value("joules_per_byte", nlohmann::json()).is_number())
+    g.joules_per_byte.push_back(e.at("joules_per_byte").get<double>());
+}
 
 void collect_attention_time(const nlohmann::json& p, Collected& c) {
   const auto op = p.value("op", "");
@@ -82,6 +112,7 @@ Collected collect(const nlohmann::json& results) {
       c.layers.push_back(std::move(l));
     }
     if (status == "ok") collect_gemv_time(p, c);
+    if (status == "ok") collect_measurement(p, c);
     if (status != "ok" || !p.contains("roofline")) continue;
     const auto& r = p.at("roofline");
     if (r.at("fraction_of_roofline").is_number()) g.fractions.push_back(r.at("fraction_of_roofline").get<double>());
@@ -229,6 +260,40 @@ std::string layers_section(const std::vector<nlohmann::json>& layers) {
 
 }  // namespace
 
+// How the points stopped sampling, and the samples set aside for a low clock.
+std::string measurement_section(const Collected& c, const nlohmann::json& pb) {
+  if (c.timed == 0) return "";
+  std::string out;
+  const auto stop = pb.value("stopping", nlohmann::json::object());
+  if (stop.value("rule", "") == "noise")
+    out += fmt::format("\nsampling: {} of {} points converged (noise at most {:.2g}% within {:g} s per point)", c.timed - c.not_converged,
+                       c.timed, 100 * stop.value("max_noise", 0.0), stop.value("max_time_s", 0.0));
+  if (c.not_converged)
+    out += fmt::format("; {} did not: their medians rest on noisier samples (time.noise in the results)", c.not_converged);
+  if (!out.empty()) out += "\n";
+  if (c.rejected)
+    out += fmt::format("clocks: {} samples in {} points set aside for an SM clock below {:.0f}% of the run's highest\n",
+                       c.rejected, c.rejected_points, 100 * pb.value("clock_check", nlohmann::json::object()).value("ratio", 0.0));
+  return out;
+}
+
+// Energy per phase and op, or one line saying why there is none.
+std::string energy_section(const Collected& c, const nlohmann::json& pb) {
+  if (c.timed == 0) return "";
+  const auto e = pb.value("energy", nlohmann::json::object());
+  if (!e.value("available", false))
+    return e.contains("why") ? "energy: " + e.at("why").get<std::string>() + "\n" : std::string();
+  if (c.energy.empty()) return "energy: no point has a reading (see each point's energy.error)\n";
+  std::string out = fmt::format("\nenergy ({}; medians over the points; layer points x the model's layers)\n", e.value("source", ""));
+  out += fmt::format("  {:<8} {:<18} {:>7} {:>9} {:>12} {:>14}\n", "phase", "op", "points", "watts", "J/token", "pJ/B (memory)");
+  auto med = [](const std::vector<double>& v, const char* f) { return v.empty() ? std::string("-") : fmt::format(fmt::runtime(f), median_of(v)); };
+  for (const auto& [key, g] : c.energy)
+    out += fmt::format("  {:<8} {:<18} {:>7} {:>9} {:>12} {:>14}\n", key.first, key.second, g.watts.size(), med(g.watts, "{:.0f}"),
+                       med(g.joules_per_token, "{:.3g}"),
+                       g.joules_per_byte.empty() ? std::string("-") : fmt::format("{:.1f}", median_of(g.joules_per_byte) * 1e12));
+  return out;
+}
+
 std::string summarize(const nlohmann::json& results) {
   const Collected c = collect(results);
   const auto pb = results.value("context", nlohmann::json::object()).value("phasebench", nlohmann::json::object());
@@ -240,6 +305,8 @@ std::string summarize(const nlohmann::json& results) {
   out += crossings_section(results, pb);
   out += int4_section(c);
   out += layers_section(c.layers);
+  out += measurement_section(c, pb);
+  out += energy_section(c, pb);
   return out;
 }
 

@@ -60,6 +60,18 @@ struct TimingOptions {
 struct Sample {
   double seconds = 0;     // per run() call
   std::uint64_t runs = 1; // run() calls timed together (CUDA graphs of short launches)
+  // The SM clock read right after the sample (MHz), where the backend can read
+  // it: the fixture sets aside samples taken at a clock far below the run's
+  // highest (nvbench's clock-ratio check).
+  std::optional<double> sm_mhz;
+};
+
+// A reading of the device's cumulative energy counter: joules since some fixed
+// moment (the GPU board through NVML; the CPU packages through RAPL), or why not.
+struct EnergyReading {
+  bool ok = false;
+  double joules = 0;
+  std::string error;  // when !ok: "not available: ..."
 };
 
 class Backend {
@@ -106,6 +118,11 @@ class Backend {
   virtual nlohmann::json clocks() const { return nlohmann::json::object(); }
   // True when the device reported throttling since the last call.
   virtual bool throttled_since_last_check() { return false; }
+  // Why samples carry no SM clock on this backend (Sample::sm_mhz), or nothing when they do.
+  virtual std::optional<std::string> clocks_unavailable() const { return std::string("the backend reads no clocks"); }
+  // The cumulative energy counter now, and what it counts (the JSON's energy source).
+  virtual EnergyReading energy() { return {false, 0, "not available: this backend has no energy counter"}; }
+  virtual std::string energy_source() const { return {}; }
 };
 
 // One implementation of an operation on a backend whose state is `Env` (the

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
@@ -138,6 +139,19 @@ Estimate estimate(const ModelConfig& m, const GpuSpec& gpu, const EstimateInputs
   e.ttft_s = e.prefill.time_s;
   e.per_token_s = e.decode.time_s;
   if (in.generate) e.request = estimate_request(s, ceil, in, e.precision, gpu.key, link, e.ttft_s);
+  if (in.power_w) {
+    if (!(*in.power_w > 0 && std::isfinite(*in.power_w)))
+      throw InputError("--power must be a positive number of watts per GPU (e.g. 700)");
+    EnergyEstimate en;
+    en.power_w = *in.power_w;
+    const double watts = *in.power_w * static_cast<double>(in.tp);  // every GPU draws it
+    en.prefill_j_per_token = watts * e.ttft_s / static_cast<double>(in.batch * in.prompt);
+    en.decode_j_per_token = watts * e.per_token_s / static_cast<double>(in.batch);
+    const auto decode_bytes = static_cast<double>(e.decode.total.bytes.total()) * static_cast<double>(in.tp);
+    en.decode_j_per_byte = decode_bytes > 0 ? watts * e.per_token_s / decode_bytes : 0;
+    if (e.request) en.request_j_per_token = watts * e.request->total_s / static_cast<double>(in.batch * e.request->generate);
+    e.energy = en;
+  }
   return e;
 }
 
@@ -338,6 +352,16 @@ nlohmann::json to_json(const Estimate& e) {
       {"per_token_s", e.per_token_s},
       {"decode_tokens_per_s", e.per_token_s > 0 ? static_cast<double>(e.in.batch) / e.per_token_s : 0.0},
       {"request", e.request ? request_json(*e.request) : nlohmann::json()},
+      {"energy", e.energy ? nlohmann::json{{"power_w_per_gpu", e.energy->power_w},
+                                           {"gpus", e.in.tp},
+                                           {"prefill_j_per_token", e.energy->prefill_j_per_token},
+                                           {"decode_j_per_token", e.energy->decode_j_per_token},
+                                           {"decode_j_per_byte", e.energy->decode_j_per_byte},
+                                           {"request_j_per_token", e.energy->request_j_per_token
+                                                                       ? nlohmann::json(*e.energy->request_j_per_token)
+                                                                       : nlohmann::json()},
+                                           {"method", "power x GPUs x predicted time (the draw held constant)"}}
+                          : nlohmann::json()},
       {"warnings", e.warnings},
       {"left_out", e.model.notes},
       {"simple_model", to_json(simple)},
@@ -431,6 +455,14 @@ std::string to_text(const Estimate& e) {
         "({:.1f} tokens/s across the batch); prefill is {:.1f}% of the time\n",
         r.prompt, r.generate, e.in.batch, human_time(r.total_s), human_time(r.ttft_s), human_time(r.mean_per_token_s),
         r.tokens_per_s, 100 * r.prefill_share);
+  }
+  if (e.energy) {
+    const auto& en = *e.energy;
+    out += fmt::format("energy at {:g} W per GPU{} (held constant): prefill {:.3g} J/token, decode {:.3g} J/token "
+                       "({:.0f} pJ per byte moved){}\n",
+                       en.power_w, e.in.tp > 1 ? fmt::format(" x {} GPUs", e.in.tp) : "", en.prefill_j_per_token,
+                       en.decode_j_per_token, en.decode_j_per_byte * 1e12,
+                       en.request_j_per_token ? fmt::format("; the request {:.3g} J per generated token", *en.request_j_per_token) : "");
   }
   out += fmt::format("KV cache: {} per token, {} for batch {} at context {}\n",
                      human_bytes(static_cast<double>(e.kv_bytes_per_token)), human_bytes(static_cast<double>(e.kv_cache_bytes)),

@@ -28,7 +28,13 @@ nlohmann::json ceilings_json(const Ceilings& c) {
   nlohmann::json bw = nlohmann::json::array();
   for (const auto& x : c.bandwidth())
     bw.push_back({{"bytes_per_s", finite_or_null(x.value)}, {"source", to_string(x.source)}, {"method", x.method}});
-  return {{"compute", compute}, {"bandwidth", bw}};
+  nlohmann::json cache = nlohmann::json::array();
+  for (const auto& x : c.cache_bandwidth())
+    cache.push_back({{"level", x.level},
+                     {"bytes_per_s", finite_or_null(x.ceiling.value)},
+                     {"source", to_string(x.ceiling.source)},
+                     {"method", x.ceiling.method}});
+  return {{"compute", compute}, {"bandwidth", bw}, {"cache_bandwidth", cache}};
 }
 
 }  // namespace phasebench

@@ -16,6 +16,7 @@
 
 #include "backend.hpp"
 #include "cpu/cpu_op.hpp"
+#include "cpu/powercap.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
@@ -158,6 +159,7 @@ class CpuBackend final : public Backend {
                              "streaming read (AVX2 XOR reduction, all threads) of " + size + ", best of 12"});
     ceilings_.add_bandwidth({2.0 * static_cast<double>(bytes) / best_copy, CeilingSource::measured,
                              "memcpy of " + size + " (bytes read + written), best of 6"});
+    measure_cache_bandwidth();
     // SGEMM: 2048^3 (about 17 GFLOP), best of 3 after a warm-up.
     const blasint G = 2048;
     HostBuffer x(G * G * 4), w(G * G * 4), y(G * G * 4);
@@ -193,6 +195,16 @@ class CpuBackend final : public Backend {
     const auto* p = pair_buf_.as<unsigned char>() + (pair_next_++ % 4) * chunk;
     return read_bandwidth(reinterpret_cast<const std::uint64_t*>(p), chunk, 1);
   }
+
+  std::optional<std::string> clocks_unavailable() const override {
+    return std::string("the CPU backend reads no clocks (no clock-ratio check)");
+  }
+  EnergyReading energy() override {
+    EnergyReading r;
+    r.ok = powercap_.read(r.joules, r.error);
+    return r;
+  }
+  std::string energy_source() const override { return powercap_.describe(); }
 
   std::optional<double> remeasure_read_bandwidth() override {
     if (!measured_) return std::nullopt;
@@ -251,7 +263,7 @@ class CpuBackend final : public Backend {
     auto range = nvtx_range(opts.range_name);
     const auto t0 = Clock::now();
     op.run();
-    return Sample{seconds_since(t0), 1};
+    return Sample{seconds_since(t0), 1, std::nullopt};
   }
 
   void synchronize() override {}  // run() returns when the work is done
@@ -262,6 +274,20 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // The last-level cache's read bandwidth: the same read over half of it, hot
+  // (read once first), best of 20.
+  void measure_cache_bandwidth() {
+    if (info_.cache_bytes < (1u << 20)) return;
+    const std::uint64_t bytes = info_.cache_bytes / 2 / 64 * 64;
+    HostBuffer a(bytes);
+    fill(a, DType::fp32, bytes / 4, 3);
+    read_bandwidth(a, 2);
+    const double bw = read_bandwidth(a, 20);
+    ceilings_.add_cache_bandwidth({"LLC", {bw, CeilingSource::measured,
+                                           "streaming read (all threads) of " + std::to_string(bytes >> 20) +
+                                               " MiB, half the last-level cache, hot; best of 20"}});
+  }
+
   std::uint64_t read_buffer_bytes() const { return std::max<std::uint64_t>(512ull << 20, 8 * info_.cache_bytes); }
 
   // Streaming read of `buf` by all threads (one contiguous chunk each, XOR-reduced,
@@ -317,6 +343,9 @@ class CpuBackend final : public Backend {
   cpu::CpuOps ops_;
   HostBuffer flush_;
   HostBuffer pair_buf_;  // paired_read()
+  // RAPL through powercap; PHASEBENCH_POWERCAP_ROOT points it at another tree (tests).
+  cpu::PowercapEnergy powercap_{std::getenv("PHASEBENCH_POWERCAP_ROOT") ? std::getenv("PHASEBENCH_POWERCAP_ROOT")
+                                                                        : "/sys/class/powercap"};
   std::uint64_t pair_next_ = 0;
   volatile std::uint64_t flush_sink_ = 0;
 };

@@ -37,6 +37,23 @@ class HostBuffer {
 // Parallel deterministic fill, the same values as reference::fill_random.
 void fill(HostBuffer& buf, DType t, std::uint64_t n, std::uint64_t seed, float scale = 1.0f);
 
+// Filled read-only inputs shared by consecutive points: a layer's weights are
+// the same values (the same seed) at every batch and implementation, and filling
+// a 2 GiB lm_head (and the kernel zeroing its fresh pages) takes seconds on a
+// small machine. Only the most recent large buffer is kept; smaller ones are
+// filled each time.
+class FilledCache {
+ public:
+  static constexpr std::uint64_t kMinBytes = 64ull << 20;
+  std::shared_ptr<const HostBuffer> get(DType t, std::uint64_t n, std::uint64_t seed, float scale = 1.0f);
+
+ private:
+  DType t_ = DType::fp32;
+  std::uint64_t n_ = 0, seed_ = 0;
+  float scale_ = 0;
+  std::shared_ptr<HostBuffer> buf_;
+};
+
 // Write back and drop every cache line of [p, p + bytes) from all cache levels.
 void evict_range(const void* p, std::uint64_t bytes);
 
@@ -69,6 +86,7 @@ using sbgemm_fn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasin
 // What the CPU backend's implementations may use.
 struct CpuEnv {
   sbgemm_fn sbgemm = nullptr;
+  std::shared_ptr<FilledCache> filled = std::make_shared<FilledCache>();
 };
 using CpuOps = OpImpls<CpuEnv>;
 

@@ -115,30 +115,30 @@ namespace {
 // The linear operation on the CPU: X, W and Y in host memory, run by our GEMV or by OpenBLAS.
 class CpuLinear final : public CpuOp {
  public:
-  CpuLinear(const OpRequest& r, sbgemm_fn sbgemm)
-      : CpuOp(r.footprint_bytes()), r_(r), s_(LinearShape::of(r.shape)), sbgemm_(sbgemm) {
+  CpuLinear(const OpRequest& r, CpuEnv& env)
+      : CpuOp(r.footprint_bytes()), r_(r), s_(LinearShape::of(r.shape)), sbgemm_(env.sbgemm) {
     const auto e = element_bytes(r.dtype);
     X_ = HostBuffer(mul({s_.M, s_.K, e}));
-    W_ = HostBuffer(mul({s_.N, s_.K, e}));
     Y_ = HostBuffer(mul({s_.M, s_.N, e}));
     fill(X_, r.dtype, s_.M * s_.K, r.seed + 1);
-    fill(W_, r.dtype, s_.N * s_.K, r.seed + 2);
+    // The weights, read only: shared with the previous point of the same layer.
+    W_ = env.filled->get(r.dtype, mul({s_.N, s_.K}), r.seed + 2);
     std::memset(Y_.get(), 0, Y_.bytes());
     if (r.impl == Impl::blas && r.dtype == DType::bf16) Yf_ = HostBuffer(mul({s_.M, s_.N, 4}));
-    for (const HostBuffer* b : {&X_, &W_, &Y_, &Yf_})
+    for (const HostBuffer* b : std::initializer_list<const HostBuffer*>{&X_, W_.get(), &Y_, &Yf_})
       if (b->get()) track(b->get(), b->bytes());
   }
 
   void run() override {
     const auto M = static_cast<blasint>(s_.M), N = static_cast<blasint>(s_.N), K = static_cast<blasint>(s_.K);
     if (r_.impl == Impl::own) {
-      decode_gemv(X_.get(), W_.get(), Y_.get(), s_.M, s_.N, s_.K, r_.dtype);
+      decode_gemv(X_.get(), W_->get(), Y_.get(), s_.M, s_.N, s_.K, r_.dtype);
     } else if (r_.dtype == DType::fp32) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, X_.as<float>(), K, W_.as<float>(), K, 0.0f,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, X_.as<float>(), K, W_->as<float>(), K, 0.0f,
                   Y_.as<float>(), N);
     } else {
       // bf16 inputs, fp32 output from sbgemm, rounded to bf16 like a bf16 GEMM's epilogue.
-      sbgemm_(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, X_.get(), K, W_.get(), K, 0.0f, Yf_.as<float>(), N);
+      sbgemm_(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, X_.get(), K, W_->get(), K, 0.0f, Yf_.as<float>(), N);
       const std::int64_t n = static_cast<std::int64_t>(s_.M * s_.N);
 #pragma omp parallel for
       for (std::int64_t i = 0; i < n; ++i) Y_.as<std::uint16_t>()[i] = numeric::float_to_bf16(Yf_.as<float>()[i]);
@@ -152,7 +152,7 @@ class CpuLinear final : public CpuOp {
     std::vector<double> want, scale;
     for (auto [m, n] : sample_positions(s_.M, s_.N, 2048, r_.seed)) {
       const auto x = reference::to_float(X_.as<unsigned char>() + m * s_.K * e, r_.dtype, s_.K);
-      const auto w = reference::to_float(W_.as<unsigned char>() + n * s_.K * e, r_.dtype, s_.K);
+      const auto w = reference::to_float(W_->as<unsigned char>() + n * s_.K * e, r_.dtype, s_.K);
       double abs_sum = 0;
       want.push_back(reference::linear_element(x.data(), w.data(), s_.K, 0, 0, &abs_sum));
       scale.push_back(abs_sum);
@@ -170,7 +170,8 @@ class CpuLinear final : public CpuOp {
   OpRequest r_;
   LinearShape s_;
   sbgemm_fn sbgemm_;
-  HostBuffer X_, W_, Y_, Yf_;
+  HostBuffer X_, Y_, Yf_;
+  std::shared_ptr<const HostBuffer> W_;
 };
 
 bool float_type(DType t) { return t == DType::fp32 || t == DType::bf16 || t == DType::fp16; }
@@ -189,7 +190,7 @@ PHASEBENCH_CPU_OPS(gemv) {
   using namespace phasebench;
   using namespace phasebench::cpu;
   auto prepare = [](CpuEnv& env, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
-    return std::make_unique<CpuLinear>(r, env.sbgemm);
+    return std::make_unique<CpuLinear>(r, env);
   };
   registry.add({kLinear, Impl::own, [](DType t, const CpuEnv&) { return float_type(t); },
                 [](const OpRequest& r) { return LinearShape::of(r.shape).M <= kMaxGemvBatch; },

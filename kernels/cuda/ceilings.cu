@@ -140,6 +140,20 @@ void measure_bandwidth(Context& ctx, const DeviceFacts& f, Ceilings& out) {
                                 "; bytes = read + written; best of " + std::to_string(runs) + " after 2 warm-ups"});
 }
 
+void measure_l2_bandwidth(Context& ctx, const DeviceFacts& f, Ceilings& out) {
+  // Half the L2, read again and again: after the warm-ups it is resident, and
+  // half leaves room for what the replacement policy keeps of other data.
+  const std::size_t bytes = f.l2_bytes / 2 / 4096 * 4096;
+  if (bytes < (1u << 20)) return;
+  DeviceBuffer buf(bytes), sink(sizeof(unsigned));
+  PB_CUDA_CHECK(cudaMemsetAsync(buf.get(), 0x3c, bytes, ctx.stream));
+  const int runs = 20;
+  const double t = best_seconds(ctx.stream, 3, runs, [&] { stream_read(buf.get(), bytes, sink.as<unsigned>(), ctx.sm_count, ctx.stream); });
+  out.add_cache_bandwidth({"L2", Ceiling{static_cast<double>(bytes) / t, CeilingSource::measured,
+                                         "measured: read kernel over " + gib(static_cast<double>(bytes)) +
+                                             " (half the L2), hot: best of " + std::to_string(runs) + " after 3 warm-ups"}});
+}
+
 bool measure_gemm(Context& ctx, DType t, Ceilings& out, std::string* why) {
   auto say = [&](const std::string& s) {
     if (why) *why = s;

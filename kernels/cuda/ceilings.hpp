@@ -38,6 +38,8 @@ Ceilings theoretical_ceilings(const DeviceFacts& f);
 // Measured bandwidth: first the read kernel (the one the roofline uses), then
 // the copy (bytes read + written). Best of several runs after a warm-up.
 void measure_bandwidth(Context& ctx, const DeviceFacts& f, Ceilings& out);
+// The L2's read bandwidth (a hot read over half of it), as a cache ceiling.
+void measure_l2_bandwidth(Context& ctx, const DeviceFacts& f, Ceilings& out);
 // Measured compute for one dtype: a large cuBLASLt GEMM (8192^3 when memory
 // allows) on random data, best of several after warm-up. Returns false (and
 // says why in *why) when the type cannot be measured on this device.

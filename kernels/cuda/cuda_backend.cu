@@ -162,6 +162,7 @@ class CudaBackend final : public Backend {
     // Measured first, so each pick among equals takes the read kernel's bandwidth.
     Ceilings all;
     for (const auto& c : measured_.bandwidth()) all.add_bandwidth(c);
+    for (const auto& c : measured_.cache_bandwidth()) all.add_cache_bandwidth(c);
     for (const auto& [t, v] : measured_.compute())
       for (const auto& c : v) all.add_compute(t, c);
     if (info_.spec) {
@@ -187,6 +188,7 @@ class CudaBackend final : public Backend {
     // Once per process: bandwidth once, each dtype's GEMM once.
     if (!bandwidth_measured_) {
       measure_bandwidth(ctx_, facts_, measured_);
+      measure_l2_bandwidth(ctx_, facts_, measured_);
       bandwidth_measured_ = true;
     }
     for (DType t : dtypes) {
@@ -263,7 +265,7 @@ class CudaBackend final : public Backend {
     Sample s;
     s.runs = use_graph ? op.graph_runs : 1;
     s.seconds = static_cast<double>(ms) * 1e-3 / static_cast<double>(s.runs);
-    sample_clocks();  // outside the timed region
+    if (const auto mhz = sample_clocks()) s.sm_mhz = *mhz;  // outside the timed region
     return s;
   }
 
@@ -289,6 +291,21 @@ class CudaBackend final : public Backend {
                                {"memory_mhz_min", mem_min_}, {"memory_mhz_max", mem_max_}};
     }
     return j;
+  }
+
+  std::optional<std::string> clocks_unavailable() const override {
+    if (nvml_->available()) return std::nullopt;
+    return nvml_->why_unavailable();
+  }
+
+  EnergyReading energy() override {
+    EnergyReading r;
+    r.ok = nvml_->read_energy(r.joules, r.error);
+    return r;
+  }
+  std::string energy_source() const override {
+    return "NVML nvmlDeviceGetTotalEnergyConsumption (the whole board, a millijoule counter the driver updates "
+           "every few tens of ms)";
   }
 
   bool throttled_since_last_check() override {
@@ -373,9 +390,10 @@ class CudaBackend final : public Backend {
     PB_CUDA_CHECK_LAUNCH("hold_kernel");
   }
 
-  void sample_clocks() {
+  // The clocks after a sample: the run's range and throttling; the SM clock for the clock-ratio check.
+  std::optional<double> sample_clocks() {
     const auto r = nvml_->read();
-    if (!r.ok) return;
+    if (!r.ok) return std::nullopt;
     if (!clocks_seen_) {
       sm_min_ = sm_max_ = r.sm_mhz;
       mem_min_ = mem_max_ = r.memory_mhz;
@@ -386,6 +404,7 @@ class CudaBackend final : public Backend {
     mem_min_ = std::min(mem_min_, r.memory_mhz);
     mem_max_ = std::max(mem_max_, r.memory_mhz);
     if (r.reasons_ok && NvmlClocks::is_throttling(r.reasons)) throttled_ = true;
+    return static_cast<double>(r.sm_mhz);
   }
 
   void read_device() {

@@ -5,12 +5,18 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <type_traits>
+
+#if PHASEBENCH_HAVE_NVML_H
+#include <nvml.h>
+#endif
 
 namespace phasebench::cuda {
 
 namespace {
-// The few NVML values used here (nvml.h is not needed, and is not part of
-// every toolkit install). nvmlReturn_t and nvmlClockType_t are C enums (int).
+// The few NVML values used here, so that the build needs no nvml.h (not every
+// toolkit install has it); where it has, they are checked against it below.
+// nvmlReturn_t and nvmlClockType_t are C enums (int).
 constexpr int kNvmlSuccess = 0;
 constexpr int kNvmlClockSm = 1;
 constexpr int kNvmlClockMem = 2;
@@ -30,7 +36,15 @@ constexpr ReasonBit kReasons[] = {
     {0x80ull, "hw_power_brake_slowdown"},
     {0x100ull, "display_clock_setting"},
 };
-constexpr std::uint64_t kNotThrottling = 0x1ull | 0x2ull;  // idle, application clocks setting
+// hw_slowdown, sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown.
+constexpr std::uint64_t kThrottling = 0x8ull | 0x20ull | 0x40ull | 0x80ull;
+
+#if PHASEBENCH_HAVE_NVML_H
+static_assert(kNvmlSuccess == NVML_SUCCESS && kNvmlClockSm == NVML_CLOCK_SM && kNvmlClockMem == NVML_CLOCK_MEM);
+static_assert(kThrottling == (nvmlClocksThrottleReasonHwSlowdown | nvmlClocksThrottleReasonSwThermalSlowdown |
+                              nvmlClocksThrottleReasonHwThermalSlowdown | nvmlClocksThrottleReasonHwPowerBrakeSlowdown));
+static_assert(0x4ull == nvmlClocksEventReasonSwPowerCap && 0x1ull == nvmlClocksEventReasonGpuIdle);
+#endif
 }  // namespace
 
 NvmlClocks::NvmlClocks(const std::string& pci_bus_id) {
@@ -50,6 +64,16 @@ NvmlClocks::NvmlClocks(const std::string& pci_bus_id) {
   get_reasons_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(sym("nvmlDeviceGetCurrentClocksEventReasons"));
   if (!get_reasons_)
     get_reasons_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(sym("nvmlDeviceGetCurrentClocksThrottleReasons"));
+  get_energy_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(sym("nvmlDeviceGetTotalEnergyConsumption"));
+#if PHASEBENCH_HAVE_NVML_H
+  // The hand-written signatures above are those of nvml.h (enums as int, handles as void*).
+  static_assert(sizeof(nvmlReturn_t) == sizeof(int) && sizeof(nvmlDevice_t) == sizeof(void*));
+  static_assert(std::is_same_v<decltype(&nvmlDeviceGetTotalEnergyConsumption),
+                               nvmlReturn_t (*)(nvmlDevice_t, unsigned long long*)>);
+  static_assert(std::is_same_v<decltype(&nvmlDeviceGetCurrentClocksEventReasons),
+                               nvmlReturn_t (*)(nvmlDevice_t, unsigned long long*)>);
+  static_assert(std::is_same_v<decltype(&nvmlDeviceGetClockInfo), nvmlReturn_t (*)(nvmlDevice_t, nvmlClockType_t, unsigned int*)>);
+#endif
   if (!init || !by_bus || !shutdown_ || !get_clock_) {
     why_ = "clocks unavailable: libnvidia-ml.so.1 lacks nvmlInit_v2/nvmlDeviceGetHandleByPciBusId_v2/nvmlDeviceGetClockInfo";
     dlclose(lib_);
@@ -110,7 +134,27 @@ ClockReading NvmlClocks::read() const {
   return r;
 }
 
-bool NvmlClocks::is_throttling(std::uint64_t reasons) { return (reasons & ~kNotThrottling) != 0; }
+bool NvmlClocks::read_energy(double& joules, std::string& error) const {
+  if (!device_) {
+    const std::string prefix = "clocks unavailable: ";  // why_ speaks of clocks; the reason is the same
+    error = "not available: " + (why_.rfind(prefix, 0) == 0 ? why_.substr(prefix.size()) : why_);
+    return false;
+  }
+  if (!get_energy_) {
+    error = "not available: libnvidia-ml.so.1 lacks nvmlDeviceGetTotalEnergyConsumption";
+    return false;
+  }
+  unsigned long long mj = 0;
+  if (int rc = get_energy_(device_, &mj); rc != kNvmlSuccess) {
+    error = "not available: nvmlDeviceGetTotalEnergyConsumption failed (" +
+            std::string(error_string_ ? error_string_(rc) : "?") + "; it needs a Volta or later GPU)";
+    return false;
+  }
+  joules = static_cast<double>(mj) * 1e-3;
+  return true;
+}
+
+bool NvmlClocks::is_throttling(std::uint64_t reasons) { return (reasons & kThrottling) != 0; }
 
 nlohmann::json NvmlClocks::reason_names(std::uint64_t reasons) {
   auto names = nlohmann::json::array();

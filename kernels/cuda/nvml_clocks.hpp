@@ -1,9 +1,11 @@
 #pragma once
-// SM and memory clocks and clock-limiting ("throttle") reasons read through
-// NVML, loaded at run time with dlopen("libnvidia-ml.so.1"): NVML ships with
-// the driver, not the toolkit, so linking it would make the binary fail to
-// start on a machine without a driver. When it is missing the readings say
-// "clocks unavailable" and nothing else changes. No CUDA types here.
+// SM and memory clocks, clock-limiting ("throttle") reasons and the board's
+// energy counter, read through NVML loaded at run time with
+// dlopen("libnvidia-ml.so.1"): the library ships with the driver, so linking it
+// (CUDA::nvml) would make the binary fail to start on a machine without one,
+// such as CI's. Where the toolkit has nvml.h, the entry points are typed and the
+// constants checked against it. When NVML is missing the readings say why and
+// nothing else changes. No CUDA types here.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,9 +37,15 @@ class NvmlClocks {
   bool available() const { return device_ != nullptr; }
   const std::string& why_unavailable() const { return why_; }
   ClockReading read() const;
+  // The board's total energy since the driver loaded (nvmlDeviceGetTotalEnergyConsumption,
+  // Volta and later), in joules; false with `error` set when it cannot be read.
+  bool read_energy(double& joules, std::string& error) const;
 
-  // Reasons that mean the clocks were held down by power, heat or another
-  // limit; idle and the application-clocks setting are not throttling.
+  // Reasons that mean the clocks were held down: hardware slowdown, thermal
+  // slowdown (software or hardware), power brake. The software power cap alone
+  // is not throttling (under a heavy load it is often set while the clocks stay
+  // high: the clock-ratio check judges the clock itself), nor are idle,
+  // sync boost or the clock settings.
   static bool is_throttling(std::uint64_t reasons);
   static nlohmann::json reason_names(std::uint64_t reasons);
   // {"sm_mhz":..,"memory_mhz":..,"reasons":[..]} or {"error":"clocks unavailable: ..."}
@@ -53,6 +61,7 @@ class NvmlClocks {
   int (*get_clock_)(void*, int, unsigned*) = nullptr;
   int (*get_reasons_)(void*, unsigned long long*) = nullptr;
   const char* (*error_string_)(int) = nullptr;
+  int (*get_energy_)(void*, unsigned long long*) = nullptr;
 };
 
 }  // namespace phasebench::cuda

@@ -8,6 +8,9 @@ For every results file it writes (PNG and SVG):
 
   <stem>.roofline.{png,svg}      log-log roofline: compute ceilings per dtype and the bandwidth
                                  ceiling (measured solid, datasheet dashed, theoretical dotted),
+                                 the cache read ceilings where measured (L2 on a GPU, the LLC on a
+                                 CPU: a hot read, dash-dot; schema 3), which explain hot-cache
+                                 points above the memory roof,
                                  every ok point at (intensity, achieved FLOP/s), coloured by
                                  phase, marked by operation, labelled where it helps;
   <stem>.decode-linear.{png,svg} decode linear layers: achieved FLOP/s against batch, with the
@@ -49,6 +52,10 @@ SOURCE_STYLES = {"measured": "-", "datasheet": "--", "theoretical": ":"}
 PREDICTED_STYLES = {"measured": "--", "datasheet": ":", "theoretical": "-."}
 DEVICE_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 SERIES_COLORS = plt.get_cmap("tab10").colors
+
+
+#: The cache-level ceilings' line (dash-dot) and colour.
+CACHE_STYLE, CACHE_COLOR = "-.", "#17becf"
 
 
 def phase_color(phase: str) -> str:
@@ -152,6 +159,17 @@ def roofline_figure(results: list, title: str | None = None):
             xt = lo_x * 1.6
             ax.text(xt, xt * W * 1.15, f"{tag}{src} {pr.fmt_si(W, 'B/s')}", color=col, fontsize=7.5,
                     rotation=0, va="bottom", ha="left", clip_on=True)
+        # Cache ceilings (a hot read within the L2 / last-level cache): the roof that
+        # explains hot-cache points above the memory roof (ERT's hierarchical roofline).
+        p_top = max((P for _, _, P, _ in comp), default=None)
+        for c in r.cache_ceilings():
+            Wc = float(c["bytes_per_s"])
+            x1 = min(p_top / Wc, hi_x) if p_top else hi_x
+            ax.plot([lo_x, x1], [lo_x * Wc, x1 * Wc], CACHE_STYLE, color=CACHE_COLOR if not overlay else col, lw=1.3,
+                    alpha=0.9)
+            xt = lo_x * 1.6
+            ax.text(xt, xt * Wc * 1.15, f"{tag}{c.get('level', 'cache')} (hot) {pr.fmt_si(Wc, 'B/s')}",
+                    color=CACHE_COLOR if not overlay else col, fontsize=7.5, va="bottom", ha="left", clip_on=True)
         for src, d, P, x_start in comp:
             x0 = max(x_start or lo_x, lo_x)
             ax.plot([x0, hi_x], [P, P], SOURCE_STYLES.get(src, "-."), color=col, lw=1.6, alpha=0.9)
@@ -222,6 +240,10 @@ def roofline_figure(results: list, title: str | None = None):
     srcs = sorted({s for comp, bw in lines_per_file for s, *_ in comp + bw}, key=pr.CEILING_SOURCES.index)
     for s in srcs:
         handles.append(Line2D([], [], ls=SOURCE_STYLES.get(s, "-."), color="#333333", label=f"{s} ceiling"))
+    levels = sorted({c.get("level", "cache") for r in results for c in r.cache_ceilings()})
+    if levels:
+        handles.append(Line2D([], [], ls=CACHE_STYLE, color=CACHE_COLOR,
+                              label=f"{'/'.join(levels)} read ceiling (hot data; measured)"))
     ax.legend(handles=handles, fontsize=7.5, loc="upper left", framealpha=0.85)
 
     if title is None:

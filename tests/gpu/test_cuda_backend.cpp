@@ -170,6 +170,10 @@ TEST_F(CudaBackendTest, MeasuredCeilingsAreSane) {
   auto th_bw = c.bandwidth_for(CeilingSource::theoretical);
   ASSERT_TRUE(th_bw.has_value());
   EXPECT_EQ(th_bw->source, CeilingSource::theoretical);
+  // The L2 read ceiling (hot data) is above the memory's.
+  ASSERT_EQ(c.cache_bandwidth().size(), 1u);
+  EXPECT_EQ(c.cache_bandwidth()[0].level, "L2");
+  EXPECT_GT(c.cache_bandwidth()[0].ceiling.value, read->value) << c.cache_bandwidth()[0].ceiling.method;
   // Measuring again changes nothing (once per process).
   const auto before = backend().ceilings().bandwidth().size();
   backend().measure_ceilings({DType::bf16});
@@ -196,6 +200,23 @@ TEST_F(CudaBackendTest, TimesProfilesAndReadsClocks) {
   EXPECT_TRUE(clocks.contains("sm_mhz") || clocks.contains("error")) << clocks.dump();
   // The flag resets on reading; whether the GPU throttled is not asserted.
   (void)backend().throttled_since_last_check();
+  // With NVML each sample carries its SM clock (the clock-ratio check), and the
+  // board's energy counter moves while the GPU works.
+  if (!backend().clocks_unavailable()) {
+    const Sample s = backend().time(*op, TimingOptions{true, "test/linear"});
+    ASSERT_TRUE(s.sm_mhz.has_value());
+    EXPECT_GT(*s.sm_mhz, 100.0);
+  }
+  const auto e0 = backend().energy();
+  if (e0.ok) {
+    for (int i = 0; i < 2000; ++i) op->run();
+    backend().synchronize();
+    const auto e1 = backend().energy();
+    ASSERT_TRUE(e1.ok) << e1.error;
+    EXPECT_GE(e1.joules, e0.joules);
+  } else {
+    EXPECT_EQ(e0.error.rfind("not available", 0), 0u) << e0.error;
+  }
 }
 #else
 TEST_F(CudaBackendTest, TheEmulationVerifiesButNeverTimes) {
@@ -206,8 +227,16 @@ TEST_F(CudaBackendTest, TheEmulationVerifiesButNeverTimes) {
   EXPECT_THROW(backend().time(*op, TimingOptions{true, "test/linear"}), std::logic_error);
   EXPECT_THROW(backend().measure_ceilings({DType::bf16}), std::logic_error);
   EXPECT_FALSE(backend().remeasure_read_bandwidth().has_value());
-  // No NVML under the emulation, and the device says what it is.
+  // No NVML under the emulation, and the device says what it is: no clocks for
+  // the clock-ratio check, no energy counter, each with the reason.
   EXPECT_TRUE(backend().clocks().contains("error")) << backend().clocks().dump();
+  ASSERT_TRUE(backend().clocks_unavailable().has_value());
+  EXPECT_NE(backend().clocks_unavailable()->find("emulation has no NVML device"), std::string::npos)
+      << *backend().clocks_unavailable();
+  const auto energy = backend().energy();
+  EXPECT_FALSE(energy.ok);
+  EXPECT_EQ(energy.error.rfind("not available: ", 0), 0u) << energy.error;
+  EXPECT_NE(energy.error.find("emulation has no NVML device"), std::string::npos) << energy.error;
   EXPECT_NE(backend().device().name.find("emulation"), std::string::npos) << backend().device().name;
   EXPECT_TRUE(backend().device().details.contains("functional_emulation"));
   // cudaEventElapsedTime has no time to give.

@@ -226,3 +226,18 @@ def test_report_shows_the_ceilings_that_apply(cpu_runs, tmp_path):
     ceilings = html.split("<h3>Ceilings</h3>")[1].split("<h3>")[0]
     assert "<td>bf16</td>" not in ceilings and "<td>fp32</td>" in ceilings
     assert "types no point of this run uses are left out: bf16, fp16" in ceilings
+
+
+def test_cache_ceilings_are_drawn(tmp_path):
+    """A file with an L2 read ceiling (schema 3) draws it as its own roof with a legend entry; one without has none."""
+    doc = json.load(open(BASE))
+    doc["context"]["phasebench"]["ceilings"]["cache_bandwidth"] = [
+        {"level": "L2", "bytes_per_s": 1.1e13, "source": "measured", "method": "read kernel over half the L2, hot"}]
+    path = tmp_path / "l2.json"
+    path.write_text(json.dumps(doc))
+    r = pr.load_results(str(path))
+    assert [c["level"] for c in r.cache_ceilings()] == ["L2"]
+    fig = roofline.roofline_figure([r])
+    assert any(t.startswith("L2 read ceiling") for t in _legend_texts(fig)), _legend_texts(fig)
+    assert any("L2 (hot) 11 TB/s" in t.get_text() for t in fig.axes[0].texts), [t.get_text() for t in fig.axes[0].texts]
+    assert not any("read ceiling" in t for t in _legend_texts(roofline.roofline_figure([pr.load_results(BASE)])))

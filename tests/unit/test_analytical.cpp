@@ -237,3 +237,33 @@ TEST(Analytical, TensorParallelShardsAndAddsTheAllReduces) {
     EXPECT_NE(std::string(err.what()).find("does not divide the 360 inputs of experts_down"), std::string::npos) << err.what();
   }
 }
+
+TEST(Analytical, PowerGivesEnergyPerTokenAndPerByte) {
+  const auto m = load_model("llama-3.1-8b");
+  const auto gpu = GpuTable::load().get("h200-sxm");
+  EstimateInputs in;
+  in.batch = 4;
+  in.prompt = 1024;
+  in.context = 2048;
+  in.generate = 16;
+  EXPECT_FALSE(estimate(m, gpu, in).energy.has_value()) << "no --power, no energy";
+  in.power_w = 700;
+  const auto e = estimate(m, gpu, in);
+  ASSERT_TRUE(e.energy.has_value());
+  EXPECT_DOUBLE_EQ(e.energy->prefill_j_per_token, 700 * e.ttft_s / (4 * 1024));
+  EXPECT_DOUBLE_EQ(e.energy->decode_j_per_token, 700 * e.per_token_s / 4);
+  EXPECT_DOUBLE_EQ(e.energy->decode_j_per_byte, 700 * e.per_token_s / static_cast<double>(e.decode.total.bytes.total()));
+  ASSERT_TRUE(e.energy->request_j_per_token.has_value());
+  EXPECT_DOUBLE_EQ(*e.energy->request_j_per_token, 700 * e.request->total_s / (4 * 16));
+  // Decode is memory-bound: its energy per byte is about the power over the bandwidth.
+  EXPECT_NEAR(e.energy->decode_j_per_byte, 700 / (gpu.memory_bandwidth_gbps * 1e9), 0.2 * 700 / (gpu.memory_bandwidth_gbps * 1e9));
+  const auto j = to_json(e);
+  EXPECT_DOUBLE_EQ(j.at("energy").at("decode_j_per_token").get<double>(), e.energy->decode_j_per_token);
+  EXPECT_NE(to_text(e).find("energy at 700 W per GPU"), std::string::npos);
+  // Two GPUs draw twice the power over the (per GPU) step time.
+  in.tp = 2;
+  const auto e2 = estimate(m, gpu, in);
+  EXPECT_DOUBLE_EQ(e2.energy->decode_j_per_token, 2 * 700 * e2.per_token_s / 4);
+  in.power_w = -1;
+  EXPECT_THROW(estimate(m, gpu, in), InputError);
+}

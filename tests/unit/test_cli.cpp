@@ -47,6 +47,7 @@ TEST(Cli, ModelBadInputs) {
            {"model --hidden abc", "Could not convert: --hidden = abc"},
            {"model --model gpt-oss-20b --weight-dtype int4", "group size 128 does not divide the 2880 inputs of qkv_proj"},
            {"model --model mixtral-8x7b --routing zipf:x", "--routing 'zipf:x': use uniform, or zipf:S"},
+           {"model --power -5", "--power must be a positive number of watts per GPU"},
            {"frobnicate", "unknown command"},
        }) {
     const auto r = run(c.args);
@@ -98,6 +99,12 @@ TEST(Cli, RunBadInputs) {
            {"run --backend=cpu --cache lukewarm", "--cache must be cold or hot"},
            {"run --backend=cpu --ops kv_append --append-batches 1 --out /proc/nope/r.json", "cannot create the results folder"},
            {"overhead --backend=cpu --rounds 0", "--reps and --rounds must be at least 1"},
+           {"run --backend=cpu --max-noise abc", "--max-noise takes a percentage above 0 (e.g. 0.5 or 0.5%) or off, got 'abc'"},
+           {"run --backend=cpu --max-noise 0", "--max-noise takes a percentage above 0"},
+           {"run --backend=cpu --min-samples 0", "--min-samples takes a whole number of samples, got '0'"},
+           {"run --backend=cpu --max-time -1", "--max-time takes seconds above 0, got '-1'"},
+           {"run --backend=cpu --energy-window 1s", "--energy-window takes seconds (0: no energy), got '1s'"},
+           {"run --backend=cpu --max-noise 1% --benchmark_min_time=0.1", "choose two different stopping rules"},
        }) {
     const auto r = run(c.args);
     EXPECT_NE(r.status, 0) << c.args;
@@ -119,7 +126,13 @@ TEST(Cli, SmallCpuSweepWritesResults) {
   std::ifstream f(out);
   const auto j = nlohmann::json::parse(f);
   EXPECT_EQ(j.at("context").at("phasebench").at("complete"), true);
-  EXPECT_EQ(j.at("context").at("phasebench").at("schema_version"), 2);
+  EXPECT_EQ(j.at("context").at("phasebench").at("schema_version"), 3);
+  // --benchmark_min_time chose Google Benchmark's loop; energy is a reading or a reason, never a number made up.
+  EXPECT_EQ(j.at("context").at("phasebench").at("stopping").at("rule"), "google_benchmark_min_time");
+  const auto& energy = j.at("context").at("phasebench").at("energy");
+  if (energy.at("available") == false) {
+    EXPECT_EQ(energy.at("why").get<std::string>().rfind("not available", 0), 0u) << energy;
+  }
   // One batch per layer: the crossings are recorded, measured as "one batch only".
   const auto& crossings = j.at("context").at("phasebench").at("decode_linear_crossings");
   ASSERT_EQ(crossings.size(), 5u) << crossings.dump();
@@ -139,6 +152,48 @@ TEST(Cli, SmallCpuSweepWritesResults) {
   }
   EXPECT_GE(ok, 5 + 2 + 2);  // 5 projections (own) + 2 attention + 2 append
   fs::remove(out);
+}
+
+TEST(Cli, NoiseStoppingRawSamplesAndEnergyThroughAFakePowercapTree) {
+  // The default stopping rule with flags, raw samples in the file, and RAPL
+  // energy read through PHASEBENCH_POWERCAP_ROOT (a tree whose counters stand
+  // still: 0 J, but every field present).
+  const auto out = tmp("noise.json");
+  const auto tree = tmp("powercap");
+  fs::remove(out);
+  fs::remove_all(tree);
+  fs::create_directories(tree + "/intel-rapl:0");
+  std::ofstream(tree + "/intel-rapl:0/name") << "package-0\n";
+  std::ofstream(tree + "/intel-rapl:0/energy_uj") << "1000\n";
+  std::ofstream(tree + "/intel-rapl:0/max_energy_range_uj") << "262143328850\n";
+  const auto r = phasebench::test::run_cli("run --backend=cpu --ops kv_append --append-batches 1 --append-context 64 --model " +
+                         std::string(PHASEBENCH_TEST_DATA_DIR) + "/tiny-llama.json --no-calibrate --max-noise 50% "
+                         "--min-samples 7 --max-time 0.5 --energy-window 0.01 --out " + out,
+                     "PHASEBENCH_POWERCAP_ROOT=" + tree);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("points converged (noise at most 50%"), std::string::npos) << r.out;
+  std::ifstream f(out);
+  const auto j = nlohmann::json::parse(f);
+  const auto& ctx = j.at("context").at("phasebench");
+  EXPECT_EQ(ctx.at("stopping").at("rule"), "noise");
+  EXPECT_DOUBLE_EQ(ctx.at("stopping").at("max_noise").get<double>(), 0.5);
+  EXPECT_EQ(ctx.at("energy").at("available"), true) << ctx.at("energy");
+  EXPECT_NE(ctx.at("energy").at("source").get<std::string>().find("package-0"), std::string::npos);
+  int n = 0;
+  for (const auto& b : j.at("benchmarks")) {
+    const auto& p = b.at("phasebench");
+    ASSERT_EQ(p.at("status"), "ok") << b.dump();
+    const auto& t = p.at("time");
+    EXPECT_GE(t.at("samples_s").size(), 7u);
+    EXPECT_EQ(t.at("samples_s").size(), t.at("samples").get<std::size_t>());
+    EXPECT_TRUE(t.at("converged").is_boolean());
+    EXPECT_EQ(p.at("energy").at("joules_per_run"), 0.0);
+    EXPECT_EQ(b.at("iterations"), 1) << "one Google Benchmark iteration holds the samples";
+    ++n;
+  }
+  EXPECT_GE(n, 2);
+  fs::remove(out);
+  fs::remove_all(tree);
 }
 
 TEST(Cli, InterruptedRunKeepsFinishedPoints) {

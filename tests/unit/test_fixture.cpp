@@ -52,9 +52,18 @@ class FakeBackend : public Backend {
   }
   Sample time(PreparedOp& op, const TimingOptions&) override {
     op.run();
-    ++timed;
-    return {seconds, 1};
+    const auto i = static_cast<std::size_t>(timed++);
+    // Scripted samples and clocks, in turn (the last one repeats), else `seconds`.
+    Sample s{script.empty() ? seconds : script[std::min(i, script.size() - 1)], 1, std::nullopt};
+    if (!clock_script.empty()) s.sm_mhz = clock_script[std::min(i, clock_script.size() - 1)];
+    return s;
   }
+  // A fake energy counter: joules_per_run for every run() of the last prepared op.
+  EnergyReading energy() override {
+    if (!joules_per_run) return {false, 0, "not available: the fake has no counter"};
+    return {true, *joules_per_run * (last ? last->runs : 0), ""};
+  }
+  std::string energy_source() const override { return "fake counter"; }
   void synchronize() override {}
   void profile(PreparedOp&, const std::string&) override {}
   std::optional<double> paired_read() override {
@@ -67,6 +76,8 @@ class FakeBackend : public Backend {
   std::optional<double> read_rate;  // what paired_read() reports (nothing: not offered)
   int reads = 0;
   double seconds = 1e-3;  // what every sample takes
+  std::vector<double> script, clock_script;
+  std::optional<double> joules_per_run;
 
  private:
   DeviceInfo info_;
@@ -252,4 +263,139 @@ TEST_F(FixtureTest, PairedFractionAboveTheReadIsSuspectNotAResult) {
   ctx = std::make_unique<BenchContext>(backend, RunOptions{});
   run_points({point(4)});
   EXPECT_EQ(ctx->point_json("free/linear/test4").at("paired_read").at("suspect"), false);
+}
+
+TEST(Stats, RelativeNoiseIsARobustSpread) {
+  EXPECT_DOUBLE_EQ(relative_noise({}), 0);
+  EXPECT_DOUBLE_EQ(relative_noise({5}), 0);
+  EXPECT_DOUBLE_EQ(relative_noise({2, 2, 2, 2, 2}), 0);
+  // Quartiles of 1..5 are 2 and 4, the median 3: (4 - 2) / 1.349 / 3.
+  EXPECT_NEAR(relative_noise({5, 1, 4, 2, 3}), 2 / 1.349 / 3, 1e-12);
+  // One preempted sample among steady ones moves it little (stddev/mean would be ~2).
+  EXPECT_LT(relative_noise({1, 1, 1, 1, 1, 1, 1, 1.001, 1.001, 50}), 0.002);
+}
+
+TEST_F(FixtureTest, SamplingStopsWhenTheNoiseIsLowEnough) {
+  // Noisy at first (a machine settling), then steady: it stops once the
+  // spread of its samples falls under 1%, not after a fixed time.
+  backend.script = {1e-3, 3e-3, 0.5e-3, 2e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3};
+  RunOptions o;
+  o.stop.max_noise = 0.01;
+  ctx = std::make_unique<BenchContext>(backend, o);
+  run_points({point(4)});
+  const auto* out = ctx->outcome("free/linear/test4");
+  ASSERT_EQ(out->status, "ok");
+  // The first 5 have quartiles 1 and 2 ms: noise 0.74. Each steady sample
+  // pulls the upper quartile down (0.56, 0.37, 0.19); at 9 samples (sorted:
+  // 0.5, six of 1, 2, 3) both quartiles are 1 ms.
+  EXPECT_EQ(out->samples.size(), 9u);
+  EXPECT_EQ(out->converged, true);
+  EXPECT_EQ(out->stop_reason, "converged");
+  const auto j = ctx->point_json("free/linear/test4");
+  EXPECT_EQ(j.at("time").at("converged"), true);
+  EXPECT_EQ(j.at("time").at("samples_s").size(), 9u);
+  EXPECT_DOUBLE_EQ(j.at("time").at("samples_s")[1].get<double>(), 3e-3);
+  EXPECT_DOUBLE_EQ(j.at("time").at("noise").get<double>(), 0.0);
+}
+
+TEST_F(FixtureTest, SamplingStopsAtTheTimeCapUnconverged) {
+  // Alternating samples never settle: the point stops at its time cap, says so,
+  // and still has its samples and median.
+  for (int i = 0; i < 100000; ++i) backend.script.push_back(i % 2 ? 1e-3 : 2e-3);
+  RunOptions o;
+  o.stop.max_noise = 0.01;
+  o.stop.max_time_s = 0.02;
+  ctx = std::make_unique<BenchContext>(backend, o);
+  run_points({point(4)});
+  const auto* out = ctx->outcome("free/linear/test4");
+  ASSERT_EQ(out->status, "ok");
+  EXPECT_EQ(out->converged, false);
+  EXPECT_EQ(out->stop_reason, "max_time");
+  EXPECT_GE(out->samples.size(), kMinSamplesPerPoint);
+  EXPECT_GT(out->noise, 0.01);
+  const auto j = ctx->point_json("free/linear/test4");
+  EXPECT_EQ(j.at("time").at("converged"), false);
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 3},
+                                                     {"stopping", {{"rule", "noise"}, {"max_noise", 0.01}, {"max_time_s", 0.02}}}}}}},
+                        {"benchmarks", {{{"name", "free/linear/test4"}, {"run_name", "free/linear/test4"},
+                                         {"run_type", "iteration"}, {"phasebench", j}}}}};
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("sampling: 0 of 1 points converged"), std::string::npos) << s;
+  EXPECT_NE(s.find("1 did not"), std::string::npos) << s;
+}
+
+TEST_F(FixtureTest, MinSamplesIsHonouredAndNeverBelowFive) {
+  RunOptions o;
+  o.stop.min_samples = 12;
+  ctx = std::make_unique<BenchContext>(backend, o);
+  run_points({point(4)});
+  EXPECT_EQ(ctx->outcome("free/linear/test4")->samples.size(), 12u);  // steady: stops at the minimum
+  o.stop.min_samples = 1;
+  ctx = std::make_unique<BenchContext>(backend, o);
+  run_points({point(4)});
+  EXPECT_EQ(ctx->outcome("free/linear/test4")->samples.size(), kMinSamplesPerPoint);
+}
+
+TEST_F(FixtureTest, SamplesAtALowClockAreSetAsideAndRetaken) {
+  // SM clocks after each sample: the third and fourth fell to 900 MHz (below
+  // 75% of the run's 1980): those samples (5 ms, a throttled GPU) are retaken.
+  backend.script = {1e-3, 1e-3, 5e-3, 5e-3, 1e-3};
+  backend.clock_script = {1980, 1980, 900, 900, 1980};
+  run_points({point(4)});
+  const auto* out = ctx->outcome("free/linear/test4");
+  ASSERT_EQ(out->status, "ok");
+  EXPECT_EQ(out->rejected_low_clock, 2u);
+  EXPECT_DOUBLE_EQ(out->rejected_min_mhz, 900);
+  EXPECT_EQ(out->samples.size(), kMinSamplesPerPoint);
+  for (double s : out->samples) EXPECT_DOUBLE_EQ(s, 1e-3);
+  const auto j = ctx->point_json("free/linear/test4");
+  EXPECT_EQ(j.at("clock_check").at("rejected_samples"), 2);
+  EXPECT_DOUBLE_EQ(j.at("clock_check").at("run_max_sm_mhz").get<double>(), 1980);
+}
+
+TEST_F(FixtureTest, EnergyComesFromTheCounterAroundBackToBackRuns) {
+  backend.joules_per_run = 0.25;
+  RunOptions o;
+  o.energy_window_s = 0.01;
+  ctx = std::make_unique<BenchContext>(backend, o);
+  run_points({point(4)});
+  const auto* out = ctx->outcome("free/linear/test4");
+  ASSERT_TRUE(out->energy.has_value());
+  EXPECT_GT(out->energy->runs, 0u);
+  EXPECT_DOUBLE_EQ(out->energy->joules, 0.25 * static_cast<double>(out->energy->runs));
+  auto p = point(4);
+  const auto j = ctx->point_json("free/linear/test4").at("energy");
+  EXPECT_DOUBLE_EQ(j.at("joules_per_run").get<double>(), 0.25);
+  const double bytes = static_cast<double>(p.cost.bytes.total());
+  EXPECT_DOUBLE_EQ(j.at("joules_per_byte").get<double>(), 0.25 / bytes);
+  EXPECT_TRUE(j.at("joules_per_token").is_null()) << "a free shape has no tokens";
+  // Without a counter: no energy in the point, and no made-up number.
+  backend.joules_per_run.reset();
+  ctx = std::make_unique<BenchContext>(backend, o);
+  run_points({point(4)});
+  EXPECT_FALSE(ctx->outcome("free/linear/test4")->energy.has_value());
+  EXPECT_FALSE(ctx->point_json("free/linear/test4").contains("energy"));
+}
+
+TEST_F(FixtureTest, EnergyPerTokenCountsThePointsTokens) {
+  backend.joules_per_run = 2.0;
+  RunOptions o;
+  o.energy_window_s = 0.005;
+  ctx = std::make_unique<BenchContext>(backend, o);
+  auto p = point(64);
+  p.name = "prefill/linear/test";
+  p.phase = "prefill";
+  p.args = {{"batch", 2}, {"prompt", 32}};
+  run_points({p});
+  const auto j = ctx->point_json("prefill/linear/test").at("energy");
+  EXPECT_EQ(j.at("tokens_per_run"), 64);
+  EXPECT_DOUBLE_EQ(j.at("joules_per_token").get<double>(), 2.0 / 64);
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 3}, {"energy", {{"available", true}, {"source", "fake counter"}}}}}}},
+                        {"benchmarks", {{{"name", "prefill/linear/test"}, {"run_name", "prefill/linear/test"},
+                                         {"run_type", "iteration"}, {"phasebench", ctx->point_json("prefill/linear/test")}}}}};
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("energy (fake counter"), std::string::npos) << s;
+  EXPECT_NE(s.find("0.0312"), std::string::npos) << s;  // 2 J / 64 tokens
+  doc["context"]["phasebench"]["energy"] = {{"available", false}, {"why", "not available: no RAPL here"}};
+  EXPECT_NE(summarize(doc).find("energy: not available: no RAPL here"), std::string::npos);
 }

@@ -103,7 +103,7 @@ class FakeBackend : public Backend {
     return op;
   }
   Sample time(PreparedOp& op, const TimingOptions&) override {
-    return {kind_of_[&op] == kLayer ? 1e-3 : 2e-4, 1};
+    return {kind_of_[&op] == kLayer ? 1e-3 : 2e-4, 1, std::nullopt};
   }
   void synchronize() override {}
   void profile(PreparedOp&, const std::string&) override {}

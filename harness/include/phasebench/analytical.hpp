@@ -33,6 +33,18 @@ struct EstimateInputs {
   // Tensor-parallel degree (tensor_parallel_shard): every op per GPU, plus the
   // collectives timed on the GPU's interconnect.
   std::uint64_t tp = 1;
+  // Each GPU's power draw in watts (--power), held constant over the steps:
+  // the energy estimate (EnergyEstimate) is made only when it is given.
+  std::optional<double> power_w;
+};
+
+// Energy at a constant power per GPU: joules = power x GPUs x time.
+struct EnergyEstimate {
+  double power_w = 0;              // per GPU
+  double prefill_j_per_token = 0;  // the prefill step over its batch x prompt tokens
+  double decode_j_per_token = 0;   // one decode step over its batch tokens
+  double decode_j_per_byte = 0;    // one decode step over the bytes it moves (per GPU)
+  std::optional<double> request_j_per_token;  // a whole request (--generate) over its generated tokens
 };
 
 // A request of P prompt tokens and G generated ones: the prefill (which yields
@@ -78,6 +90,7 @@ struct Estimate {
   double ttft_s = 0;       // prefill step time
   double per_token_s = 0;  // decode step time
   std::optional<RequestEstimate> request;  // when inputs.generate > 0
+  std::optional<EnergyEstimate> energy;    // when inputs.power_w is given
   std::vector<std::string> warnings;       // e.g. a context beyond max_position_embeddings
 };
 

@@ -44,6 +44,14 @@ RooflinePlace place(double flops, double bytes, double seconds, double peak_flop
 // Predicted time of an op on a roofline: max(flops/P, bytes/W).
 double roofline_time(double flops, double bytes, double peak_flops, double bandwidth);
 
+// A cache level's read bandwidth over hot data (ERT's hierarchical roofline):
+// no roof for points beyond the caches, it explains hot-cache points above the
+// memory roof.
+struct CacheCeiling {
+  std::string level;  // "L2" on a GPU, "LLC" on a CPU
+  Ceiling ceiling;
+};
+
 // All ceilings known for a device. Several sources may coexist; `preferred`
 // says which one percentages use, falling back to the others in the order
 // measured, datasheet, theoretical when the preferred one is missing.
@@ -51,8 +59,10 @@ class Ceilings {
  public:
   void add_compute(DType t, Ceiling c);
   void add_bandwidth(Ceiling c);
+  void add_cache_bandwidth(CacheCeiling c) { cache_.push_back(std::move(c)); }
   const std::map<DType, std::vector<Ceiling>>& compute() const { return compute_; }
   const std::vector<Ceiling>& bandwidth() const { return bandwidth_; }
+  const std::vector<CacheCeiling>& cache_bandwidth() const { return cache_; }
   std::optional<Ceiling> compute_for(DType t, CeilingSource preferred) const;
   std::optional<Ceiling> bandwidth_for(CeilingSource preferred) const;
   bool empty() const { return compute_.empty() && bandwidth_.empty(); }
@@ -60,6 +70,7 @@ class Ceilings {
  private:
   std::map<DType, std::vector<Ceiling>> compute_;
   std::vector<Ceiling> bandwidth_;
+  std::vector<CacheCeiling> cache_;
 };
 
 // A point that moves at least this many times the device's last-level cache is
