@@ -178,7 +178,7 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
                  "seconds a point may sample before it stops unconverged (default 3 on a GPU, 1 on a CPU)");
   app.add_option("--energy-window", f.energy_window,
                  "seconds of back-to-back runs per point over which the energy counter is read, where the device has one "
-                 "(default 0.5; 0: no energy)");
+                 "(default 0.5 on a GPU, 0.1 on a CPU; 0: no energy)");
 }
 
 // A number from a flag's text, or one line naming the flag and what it takes.
@@ -382,8 +382,9 @@ int cmd_run(int argc, char** argv) {
     ropts.cold_cache = f.cache == "cold";
     ropts.paired_read = !f.no_paired_read;
     ropts.ceiling = parse_ceiling_source(f.ceiling);
+    std::optional<double> energy_window;  // a bad value is refused here, before a backend is chosen
     if (!f.energy_window.empty())
-      ropts.energy_window_s = parse_number(f.energy_window, "--energy-window", 0, 3600, "seconds (0: no energy)");
+      energy_window = parse_number(f.energy_window, "--energy-window", 0, 3600, "seconds (0: no energy)");
     if (ropts.ceiling == CeilingSource::theoretical) throw InputError("--roofline takes measured or datasheet");
     SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr);
 
@@ -392,6 +393,8 @@ int cmd_run(int argc, char** argv) {
     std::cerr << "phasebench: " << why << "\n";
     apply_defaults(cfg, *backend);
     ropts.stop = stop_rule(f, *backend, has_flag(argc, argv, "--benchmark_min_time"));
+    // NVML's energy counter moves every few tens of ms, RAPL's every millisecond.
+    ropts.energy_window_s = energy_window.value_or(backend->device().backend == "cuda" ? 0.5 : 0.1);
     const auto points = build_sweep(cfg, *backend);
     if (points.empty()) throw InputError("the sweep is empty: no selected operation is implemented by this backend for these dtypes");
     const auto filter = benchmark_flag(argc, argv, "benchmark_filter");

@@ -3,6 +3,7 @@
 #include "cpu/cpu_op.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 #include <sys/mman.h>
@@ -95,11 +96,34 @@ std::shared_ptr<const HostBuffer> FilledCache::get(DType t, std::uint64_t n, std
   return buf_;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+
+// clflushopt (Skylake and later, Zen): the same eviction as clflush but not
+// ordered against other flushes, so they overlap: 470 MB take 0.02 s instead of
+// 1.3 s with clflush on a Xeon VM, which made eviction most of a large point's
+// sampling time.
+bool has_clflushopt() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 23)) != 0;
+}
+
+__attribute__((target("clflushopt"))) void evict_with_clflushopt(const char* c, std::uint64_t bytes) {
+  for (std::uint64_t o = 0; o < bytes; o += 64) _mm_clflushopt(const_cast<char*>(c + o));  // the intrinsic takes void*; nothing is written
+}
+
+}  // namespace
+#endif
+
 void evict_range(const void* p, std::uint64_t bytes) {
 #if defined(__x86_64__) || defined(__i386__)
+  static const bool opt = has_clflushopt();
   const auto* c = static_cast<const char*>(p);
-  for (std::uint64_t o = 0; o < bytes; o += 64) _mm_clflush(c + o);
-  _mm_mfence();
+  if (opt)
+    evict_with_clflushopt(c, bytes);
+  else
+    for (std::uint64_t o = 0; o < bytes; o += 64) _mm_clflush(c + o);
+  _mm_mfence();  // every flush done before the timed region starts
 #else
   (void)p;
   (void)bytes;
