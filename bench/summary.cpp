@@ -1,6 +1,7 @@
 // The summary a run ends with (and `phasebench summary FILE` prints): fraction
-// of roofline per phase and op, paging's cost, the decode linear crossings, what
-// int4 weights buy over bf16, and whole layers measured against the analytical model.
+// of roofline per phase and op, paging's cost, what an fp8 KV cache buys, the
+// decode linear crossings, what int4 weights buy over bf16, whole layers measured
+// against the analytical model, how the points stopped sampling, and energy.
 #include "summary.hpp"
 
 #include <fmt/format.h>
@@ -36,6 +37,9 @@ struct Collected {
   // keyed by model, dtype, cache mode and shape; paged points by page size.
   std::map<std::string, double> contiguous_time;
   std::map<std::string, std::map<std::uint64_t, double>> paged_time;
+  // The same shapes over a cache in the run's dtype and in fp8 (kv_bits:8), by
+  // shape key and page size (0: contiguous).
+  std::map<std::pair<std::string, std::uint64_t>, double> wide_cache_time, fp8_cache_time;
   // Our decode GEMVs on the same projection and batch: bf16 and int4 weights,
   // median times keyed by "model.target" and batch.
   std::map<std::pair<std::string, std::uint64_t>, double> gemv_bf16_time, gemv_int4_time;
@@ -78,14 +82,21 @@ void collect_attention_time(const nlohmann::json& p, Collected& c) {
   if (p.value("phase", "") != "decode" || (op != "attention" && op != "attention_paged")) return;
   if (!p.contains("shape") || !p.contains("time")) return;
   const auto& sh = p.at("shape");
+  const auto args = p.value("args", nlohmann::json::object());
   const std::string key = fmt::format("{} {} {} B{} Hq{} Hkv{} L{} D{}", p.value("model", ""), p.value("dtype", ""),
                                       p.value("cache", ""), sh.value("B", 0), sh.value("Hq", 0), sh.value("Hkv", 0),
                                       sh.value("L", 0), sh.value("D", 0));
   const double t = p.at("time").at("median_s").get<double>();
+  const std::uint64_t page = op == "attention" ? 0 : args.value("page_size", std::uint64_t{0});
+  if (args.value("kv_bits", std::uint64_t{0}) == 8) {
+    c.fp8_cache_time[{key, page}] = t;
+    return;
+  }
+  c.wide_cache_time[{key, page}] = t;
   if (op == "attention")
     c.contiguous_time[key] = t;
   else
-    c.paged_time[key][p.value("args", nlohmann::json::object()).value("page_size", std::uint64_t{0})] = t;
+    c.paged_time[key][page] = t;
 }
 
 void collect_gemv_time(const nlohmann::json& p, Collected& c) {
@@ -203,6 +214,23 @@ std::string fraction_table(const Collected& c) {
 
 // Paging's cost: the paged cache's time over the contiguous one's on the same
 // shapes (1.00: paging is free; 1.10: paged takes 10% longer).
+// What an fp8 cache buys: decode attention time over the 16-bit (or fp32) cache
+// / time over the fp8 one, on the same shapes; the bytes are about half.
+std::string fp8_cache_section(const Collected& c) {
+  std::map<std::uint64_t, std::vector<double>> speedup;
+  for (const auto& [key, t8] : c.fp8_cache_time)
+    if (auto w = c.wide_cache_time.find(key); w != c.wide_cache_time.end() && t8 > 0) speedup[key.second].push_back(w->second / t8);
+  if (speedup.empty()) return "";
+  std::string out =
+      "\ndecode attention, fp8 cache vs the run's dtype: speedup = time over the wider cache / time over the fp8 "
+      "one (its bytes are about half)\n";
+  out += fmt::format("  {:<12} {:>6} {:>8} {:>8} {:>8}\n", "layout", "points", "median", "best", "worst");
+  for (const auto& [page, v] : speedup)
+    out += fmt::format("  {:<12} {:>6} {:>7.2f}x {:>7.2f}x {:>7.2f}x\n", page ? fmt::format("page {}", page) : "contiguous",
+                       v.size(), median_of(v), *std::max_element(v.begin(), v.end()), *std::min_element(v.begin(), v.end()));
+  return out;
+}
+
 std::string paged_section(const Collected& c) {
   std::map<std::uint64_t, std::vector<double>> paged_cost;
   for (const auto& [key, by_page] : c.paged_time)
@@ -302,6 +330,7 @@ std::string summarize(const nlohmann::json& results) {
   out += bandwidth_note(pb);
   out += fraction_table(c);
   out += paged_section(c);
+  out += fp8_cache_section(c);
   out += crossings_section(results, pb);
   out += int4_section(c);
   out += layers_section(c.layers);

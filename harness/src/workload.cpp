@@ -95,12 +95,14 @@ std::optional<std::uint64_t> linear_batch_at_intensity(std::uint64_t N, std::uin
 OpCost decode_attention_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a) {
   OpCost r;
   r.flops = mul({4, s.B, s.Hq, s.L, s.D}, "decode attention FLOPs");
-  r.bytes.kv_cache = mul({c, 2, s.B, s.Hkv, s.L, s.D}, "KV-cache bytes");
+  r.bytes.kv_cache = add(mul({c, 2, s.B, s.Hkv, s.L, s.D}, "KV-cache bytes"), kv_scale_bytes(s.Hkv, c), "KV-cache bytes");
   // Queries read and outputs written: a*B*Hq*D each (together a*2*B*Hq*D).
   r.bytes.activations = mul({a, s.B, s.Hq, s.D}, "query bytes");
   r.bytes.writes = mul({a, s.B, s.Hq, s.D}, "attention output bytes");
   return r;
 }
+
+std::uint64_t kv_scale_bytes(std::uint64_t Hkv, std::uint64_t c) { return c == 1 ? mul({2, Hkv, 4}, "KV scale bytes") : 0; }
 
 std::uint64_t pages_per_sequence(std::uint64_t L, std::uint64_t page_size) {
   if (page_size == 0) throw InputError("page size must be a positive integer");

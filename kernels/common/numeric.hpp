@@ -91,21 +91,31 @@ PB_HD float fp8e4m3_to_float(std::uint8_t v) {
 }
 
 PB_HD std::uint8_t float_to_fp8e4m3(float f) {
-  // Exhaustive nearest search over the 127 magnitudes; only used to fill test data.
+  // Round to nearest, ties to even, saturating at 448 (the OCP "fn" format has no
+  // infinity; 0x7f is NaN). Subnormals: magnitudes below 2^-6 are m x 2^-9.
   const std::uint32_t u = float_bits(f);
   const std::uint8_t sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
-  const float a = bits_float(u & 0x7fffffffu);
-  std::uint8_t best = 0;
-  float best_err = 3.4e38f;
-  for (std::uint8_t m = 0; m < 0x7f; ++m) {
-    const float e = fp8e4m3_to_float(m) - a;
-    const float err = e < 0 ? -e : e;
-    if (err < best_err || (err == best_err && (m & 1u) == 0)) {
-      best_err = err;
-      best = m;
+  const std::uint32_t au = u & 0x7fffffffu;
+  if (au > 0x7f800000u) return static_cast<std::uint8_t>(sign | 0x7fu);  // NaN stays NaN
+  const float a = bits_float(au);
+  if (a < 0.015625f) {
+    const float q = a * 512.0f;  // [0, 8)
+    std::uint32_t m = static_cast<std::uint32_t>(q);
+    const float frac = q - static_cast<float>(m);
+    if (frac > 0.5f || (frac == 0.5f && (m & 1u))) ++m;  // m == 8 is 2^-6, the smallest normal (0x08)
+    return static_cast<std::uint8_t>(sign | m);
+  }
+  std::uint32_t e = (au >> 23) - 120u;  // the e4m3 exponent field (bias 7), >= 1 here
+  std::uint32_t keep = (au >> 20) & 0x7u;
+  const std::uint32_t rest = au & 0xfffffu;
+  if (rest > 0x80000u || (rest == 0x80000u && (keep & 1u))) {
+    if (++keep == 8) {
+      keep = 0;
+      ++e;
     }
   }
-  return static_cast<std::uint8_t>(sign | best);
+  const std::uint32_t r = (e << 3) | keep;
+  return static_cast<std::uint8_t>(sign | (r > 0x7eu ? 0x7eu : r));
 }
 
 // Element i of an array of 4-bit values packed two per byte, the low nibble

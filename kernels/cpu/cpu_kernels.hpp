@@ -32,7 +32,13 @@ struct DecodeAttentionArgs {
   const std::int32_t* block_table = nullptr;  // null: contiguous cache
   std::uint64_t B = 0, Hq = 0, Hkv = 0, L = 0, D = 0;
   std::uint64_t page_size = 0, pages_per_seq = 0;
-  DType t = DType::fp32;
+  DType t = DType::fp32;  // q and out; K and V too unless kv_fp8
+  // An fp8 e4m3 cache (fp32 or bf16 q): K and V elements are e4m3, the value of
+  // KV head h is e4m3 x k_scale[h] (v_scale[h]). The scales are applied outside
+  // the inner loops: k_scale with the softmax scale, v_scale to the output.
+  bool kv_fp8 = false;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 };
 void decode_attention(const DecodeAttentionArgs& a);
 

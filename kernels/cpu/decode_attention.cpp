@@ -44,18 +44,21 @@ std::uint64_t heads_per_task(std::uint64_t B, std::uint64_t Hkv, std::uint64_t t
   return best;
 }
 
-template <class T>
+// T: q and out; KV: the cache's elements (T, or simd::Fp8E4M3 with per-head scales).
+template <class T, class KV>
 void run(const DecodeAttentionArgs& a) {
   const std::uint64_t group = a.Hq / a.Hkv, L = a.L, D = a.D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  auto k_scale = [&](std::uint64_t h) { return a.k_scale ? a.k_scale[h] : 1.0f; };
+  auto v_scale = [&](std::uint64_t h) { return a.v_scale ? a.v_scale[h] : 1.0f; };
   const T* q_all = static_cast<const T*>(a.q);
-  const T* k_all = static_cast<const T*>(a.k);
-  const T* v_all = static_cast<const T*>(a.v);
+  const KV* k_all = static_cast<const KV*>(a.k);
+  const KV* v_all = static_cast<const KV*>(a.v);
   T* out_all = static_cast<T*>(a.out);
   const bool paged = a.block_table != nullptr;
   // Row l of (b, h): in the contiguous cache [B,Hkv,L,D] or the paged pool
   // [pages,Hkv,P,D] through the block table.
-  auto row = [&](const T* base, std::uint64_t b, std::uint64_t h, std::uint64_t l) {
+  auto row = [&](const KV* base, std::uint64_t b, std::uint64_t h, std::uint64_t l) {
     if (!paged) return base + ((b * a.Hkv + h) * L + l) * D;
     const auto page = static_cast<std::uint64_t>(a.block_table[b * a.pages_per_seq + l / a.page_size]);
     return base + ((page * a.Hkv + h) * a.page_size + l % a.page_size) * D;
@@ -74,7 +77,7 @@ void run(const DecodeAttentionArgs& a) {
   // same in both orders, so the results are bit-identical.
   // fn(c, l, n, ahead): head h0+c, rows l..l+n-1; `ahead` is the block
   // kPrefetchBlocks further in this order, prefetched while this one is processed.
-  auto for_each_block = [&](const T* base, std::uint64_t b, std::uint64_t h0, std::uint64_t C, auto&& fn) {
+  auto for_each_block = [&](const KV* base, std::uint64_t b, std::uint64_t h0, std::uint64_t C, auto&& fn) {
     // Block i of the order starts at token (i / C) * kBlock of head i % C when
     // paged, at token (i % nb) * kBlock of head i / nb when contiguous (exact
     // when pages are multiples of kBlock; otherwise only the hint is off).
@@ -82,7 +85,7 @@ void run(const DecodeAttentionArgs& a) {
     auto block = [&](std::uint64_t i) {
       if (i >= total) return Prefetcher{};
       const std::uint64_t c = paged ? i % C : i / nb, l = (paged ? i / C : i % nb) * kBlock;
-      return Prefetcher{reinterpret_cast<const char*>(row(base, b, h0 + c, l)), block_len(l) * D * sizeof(T)};
+      return Prefetcher{reinterpret_cast<const char*>(row(base, b, h0 + c, l)), block_len(l) * D * sizeof(KV)};
     };
     std::uint64_t i = 0;
     if (!paged) {
@@ -110,7 +113,7 @@ void run(const DecodeAttentionArgs& a) {
       for (std::uint64_t j = 0; j < rows_per_task * D; ++j) qf[j] = to_float(q_all[q0 + j]);
       // Pass 1: scores.
       for_each_block(k_all, b, h0, C, [&](std::uint64_t c, std::uint64_t l, std::uint64_t n, Prefetcher next) {
-        block_scores(row(k_all, b, h0 + c, l), D, n, qf.data() + c * group * D, group, D, scale,
+        block_scores(row(k_all, b, h0 + c, l), D, n, qf.data() + c * group * D, group, D, scale * k_scale(h0 + c),
                      s.data() + c * group * L + l, L, next);
       });
       // Softmax per query head; the normalisation is applied to the outputs.
@@ -126,11 +129,12 @@ void run(const DecodeAttentionArgs& a) {
       });
       for (std::uint64_t j = 0; j < rows_per_task; ++j) {
         T* o = out_all + q0 + j * D;
+        const float f = inv_sum[j] * v_scale(h0 + j / group);
         for (std::uint64_t d = 0; d < D; ++d) {
           if constexpr (sizeof(T) == 4)
-            o[d] = acc[j * D + d] * inv_sum[j];
+            o[d] = acc[j * D + d] * f;
           else
-            o[d] = numeric::float_to_bf16(acc[j * D + d] * inv_sum[j]);
+            o[d] = numeric::float_to_bf16(acc[j * D + d] * f);
         }
       }
     }
@@ -187,9 +191,16 @@ void run_fp16(const DecodeAttentionArgs& a) {
 void decode_attention(const DecodeAttentionArgs& a) {
   if (a.Hkv == 0 || a.Hq % a.Hkv != 0) throw Unsupported("decode attention needs Hq to be a multiple of Hkv");
   if (a.L == 0) throw Unsupported("decode attention needs a context of at least one token");
+  if (a.kv_fp8) {
+    switch (a.t) {
+      case DType::fp32: run<float, simd::Fp8E4M3>(a); return;
+      case DType::bf16: run<std::uint16_t, simd::Fp8E4M3>(a); return;
+      default: throw Unsupported("CPU decode attention over an fp8 cache takes fp32 or bf16 queries");
+    }
+  }
   switch (a.t) {
-    case DType::fp32: run<float>(a); break;
-    case DType::bf16: run<std::uint16_t>(a); break;
+    case DType::fp32: run<float, float>(a); break;
+    case DType::bf16: run<std::uint16_t, std::uint16_t>(a); break;
     case DType::fp16: run_fp16(a); break;
     default: throw Unsupported("CPU decode attention supports fp32, bf16 and fp16");
   }
@@ -215,8 +226,12 @@ void scatter_to_pages(const unsigned char* contiguous, unsigned char* pool, cons
 class CpuDecodeAttention final : public CpuOp {
  public:
   explicit CpuDecodeAttention(const OpRequest& r)
-      : CpuOp(r.footprint_bytes()), r_(r), s_(AttentionShape::of(r.shape)), paged_(r.kind == kDecodeAttentionPaged) {
-    const auto e = element_bytes(r.dtype);
+      : CpuOp(r.footprint_bytes()),
+        r_(r),
+        s_(AttentionShape::of(r.shape)),
+        paged_(r.kind == kDecodeAttentionPaged),
+        kv_t_(decode_attention_kv_dtype(r)) {
+    const auto e = element_bytes(r.dtype), c = element_bytes(kv_t_);
     q_ = HostBuffer(mul({s_.B, s_.Hq, s_.D, e}));
     out_ = HostBuffer(mul({s_.B, s_.Hq, s_.D, e}));
     fill(q_, r.dtype, s_.B * s_.Hq * s_.D, r.seed + 1);
@@ -224,9 +239,13 @@ class CpuDecodeAttention final : public CpuOp {
     const std::uint64_t n = mul({s_.B, s_.Hkv, s_.L, s_.D}, "KV-cache elements");
     // K and V are generated by logical position, so a paged and a contiguous op
     // with the same seed hold the same data.
-    HostBuffer k(n * e), v(n * e);
-    fill(k, r.dtype, n, r.seed + 2);
-    fill(v, r.dtype, n, r.seed + 3);
+    HostBuffer k(n * c), v(n * c);
+    fill(k, kv_t_, n, r.seed + 2);
+    fill(v, kv_t_, n, r.seed + 3);
+    if (kv_t_ == DType::fp8) {
+      scales_ = reference::kv_head_scales(s_.Hkv);
+      track(scales_.data(), scales_.size() * sizeof(float));
+    }
     if (!paged_) {
       k_ = std::move(k);
       v_ = std::move(v);
@@ -234,13 +253,13 @@ class CpuDecodeAttention final : public CpuOp {
       P_ = r.params["page_size"];
       pps_ = pages_per_sequence(s_.L, P_);
       bt_ = scattered_block_table(s_.B, pps_, r.seed + 4);
-      const std::uint64_t pool = mul({s_.B * pps_, s_.Hkv, P_, s_.D, e}, "page pool bytes");
+      const std::uint64_t pool = mul({s_.B * pps_, s_.Hkv, P_, s_.D, c}, "page pool bytes");
       k_ = HostBuffer(pool);
       v_ = HostBuffer(pool);
       std::memset(k_.get(), 0, pool);
       std::memset(v_.get(), 0, pool);
-      scatter_to_pages(k.as<unsigned char>(), k_.as<unsigned char>(), bt_, s_.B, s_.Hkv, s_.L, s_.D, P_, pps_, e);
-      scatter_to_pages(v.as<unsigned char>(), v_.as<unsigned char>(), bt_, s_.B, s_.Hkv, s_.L, s_.D, P_, pps_, e);
+      scatter_to_pages(k.as<unsigned char>(), k_.as<unsigned char>(), bt_, s_.B, s_.Hkv, s_.L, s_.D, P_, pps_, c);
+      scatter_to_pages(v.as<unsigned char>(), v_.as<unsigned char>(), bt_, s_.B, s_.Hkv, s_.L, s_.D, P_, pps_, c);
       track(bt_.data(), bt_.size() * sizeof(std::int32_t));
     }
     for (const HostBuffer* b : {&q_, &k_, &v_, &out_}) track(b->get(), b->bytes());
@@ -261,12 +280,17 @@ class CpuDecodeAttention final : public CpuOp {
     a.page_size = P_;
     a.pages_per_seq = pps_;
     a.t = r_.dtype;
+    if (kv_t_ == DType::fp8) {
+      a.kv_fp8 = true;
+      a.k_scale = scales_.data();
+      a.v_scale = scales_.data() + s_.Hkv;
+    }
     decode_attention(a);
   }
 
   void verify() override {
     run();
-    const auto e = element_bytes(r_.dtype);
+    const auto e = element_bytes(r_.dtype), c = element_bytes(kv_t_);
     const std::uint64_t D = s_.D, group = s_.Hq / s_.Hkv;
     std::vector<float> got;
     std::vector<double> want;
@@ -274,29 +298,30 @@ class CpuDecodeAttention final : public CpuOp {
     for (auto [b, hq] : sample_positions(s_.B, s_.Hq, 64, r_.seed)) {
       const std::uint64_t h = hq / group;
       auto addr = [&](const HostBuffer& base, std::uint64_t l) -> const unsigned char* {
-        if (!paged_) return base.as<unsigned char>() + ((b * s_.Hkv + h) * s_.L + l) * D * e;
+        if (!paged_) return base.as<unsigned char>() + ((b * s_.Hkv + h) * s_.L + l) * D * c;
         const auto page = static_cast<std::uint64_t>(bt_[b * pps_ + l / P_]);
-        return base.as<unsigned char>() + ((page * s_.Hkv + h) * P_ + l % P_) * D * e;
+        return base.as<unsigned char>() + ((page * s_.Hkv + h) * P_ + l % P_) * D * c;
+      };
+      // The cache's values: its elements times the head's scale (an fp8 cache).
+      const float ks = scales_.empty() ? 1.0f : scales_[h], vs = scales_.empty() ? 1.0f : scales_[s_.Hkv + h];
+      auto dequantized = [&](const unsigned char* p, float sc, std::vector<float>& buf) {
+        buf = reference::to_float(p, kv_t_, D);
+        for (auto& x : buf) x *= sc;
+        return buf.data();
       };
       const auto q = reference::to_float(q_.as<unsigned char>() + (b * s_.Hq + hq) * D * e, r_.dtype, D);
       std::vector<float> kbuf, vbuf;
       reference::decode_attention_head(
           q.data(), s_.L, D, 1.0f / std::sqrt(static_cast<float>(D)),
-          [&](std::uint64_t l) {
-            kbuf = reference::to_float(addr(k_, l), r_.dtype, D);
-            return kbuf.data();
-          },
-          [&](std::uint64_t l) {
-            vbuf = reference::to_float(addr(v_, l), r_.dtype, D);
-            return vbuf.data();
-          },
-          o.data());
+          [&](std::uint64_t l) { return dequantized(addr(k_, l), ks, kbuf); },
+          [&](std::uint64_t l) { return dequantized(addr(v_, l), vs, vbuf); }, o.data());
       const auto out = reference::to_float(out_.as<unsigned char>() + (b * s_.Hq + hq) * D * e, r_.dtype, D);
       got.insert(got.end(), out.begin(), out.end());
       want.insert(want.end(), o.begin(), o.end());
     }
     reference::check_rows_close(got, want, D, reference::tolerance_for(r_.dtype),
-                                r_.kind + " (B=" + std::to_string(s_.B) + " Hq=" + std::to_string(s_.Hq) +
+                                r_.kind + (kv_t_ == DType::fp8 ? " fp8 cache" : "") + " (B=" + std::to_string(s_.B) +
+                                    " Hq=" + std::to_string(s_.Hq) +
                                     " Hkv=" + std::to_string(s_.Hkv) + " L=" + std::to_string(s_.L) +
                                     " D=" + std::to_string(D) + ")");
   }
@@ -307,8 +332,10 @@ class CpuDecodeAttention final : public CpuOp {
   OpRequest r_;
   AttentionShape s_;
   bool paged_ = false;
+  DType kv_t_;
   std::uint64_t P_ = 0, pps_ = 0;
   std::vector<std::int32_t> bt_;
+  std::vector<float> scales_;  // fp8 cache: K's scale per KV head, then V's
   HostBuffer q_, k_, v_, out_;
 };
 
@@ -316,6 +343,8 @@ bool float_type(DType t) { return t == DType::fp32 || t == DType::bf16 || t == D
 
 std::optional<std::string> shape_limits(const OpRequest& r, const CpuEnv&) {
   const auto s = AttentionShape::of(r.shape);
+  if (decode_attention_kv_dtype(r) == DType::fp8 && r.dtype == DType::fp16)
+    return "decode attention over an fp8 cache: the CPU backend takes fp32 or bf16 queries";
   if (s.B == 0 || s.Hq == 0 || s.Hkv == 0 || s.L == 0 || s.D == 0) return "decode attention: every dimension must be >= 1";
   if (s.Hq % s.Hkv != 0) return "decode attention: query heads must be a multiple of kv heads";
   return std::nullopt;
@@ -332,12 +361,14 @@ PHASEBENCH_CPU_OPS(decode_attention) {
     return std::make_unique<CpuDecodeAttention>(r);
   };
   auto types = [](DType t, const CpuEnv&) { return float_type(t); };
-  registry.add({kDecodeAttention, Impl::own, types, {}, shape_limits, {}, prepare});
+  // An fp8 cache takes fp32 or bf16 queries (the fp16 path is plain loops).
+  auto applies = [](const OpRequest& r) { return decode_attention_kv_dtype(r) != DType::fp8 || r.dtype != DType::fp16; };
+  registry.add({kDecodeAttention, Impl::own, types, applies, shape_limits, {}, prepare});
   // The paged pool is filled from a contiguous copy of the cache, made first.
-  registry.add({kDecodeAttentionPaged, Impl::own, types, {}, shape_limits,
+  registry.add({kDecodeAttentionPaged, Impl::own, types, applies, shape_limits,
                 [](const OpRequest& r, const CpuEnv&) {
                   const auto s = AttentionShape::of(r.shape);
-                  return mul({2, s.B, s.Hkv, s.L, s.D, element_bytes(r.dtype)}, "KV-cache bytes");
+                  return mul({2, s.B, s.Hkv, s.L, s.D, element_bytes(decode_attention_kv_dtype(r))}, "KV-cache bytes");
                 },
                 prepare});
 }

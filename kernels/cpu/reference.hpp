@@ -46,6 +46,11 @@ void decode_attention_head(const float* q, std::size_t L, std::size_t D, float s
                            const std::function<const float*(std::size_t)>& key,
                            const std::function<const float*(std::size_t)>& value, float* out);
 
+// The per-KV-head scales of an fp8 KV cache in the benchmarks and tests: K's for
+// heads 0..Hkv-1, then V's (2*Hkv floats; a value is e4m3 x its head's scale).
+// Distinct, and mostly not 1, so a kernel that drops or swaps them fails.
+std::vector<float> kv_head_scales(std::size_t Hkv);
+
 // Causal attention for query position i (0-based) of a prompt: attends keys 0..i.
 void prefill_attention_row(const float* q, std::size_t i, std::size_t D, float scale,
                            const std::function<const float*(std::size_t)>& key,

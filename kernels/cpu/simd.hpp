@@ -15,6 +15,15 @@
 
 namespace phasebench::cpu::simd {
 
+// An fp8 e4m3 element (OCP "fn": no infinities), a type of its own so the loads
+// below overload on it. Decoded by placing its 7 magnitude bits at the bottom
+// of an fp32 exponent and the top of its mantissa and multiplying by 2^120 (the
+// bias difference 127 - 7): exact for normal and subnormal values alike.
+struct Fp8E4M3 {
+  std::uint8_t bits;
+};
+inline constexpr float kFp8E4M3Rebias = 1.329227995784916e36f;  // 2^120
+
 #ifdef PB_CPU_AVX2
 inline float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -40,6 +49,15 @@ inline __m256 load_bf16(const std::uint16_t* p) {
 }
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const std::uint16_t* p) { return load_bf16(p); }
+// 8 fp8 e4m3 -> 8 floats.
+inline __m256 load8(const Fp8E4M3* p) {
+  std::uint64_t raw;
+  std::memcpy(&raw, p, 8);
+  const __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(raw)));
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+  const __m256i mag = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7f)), 20);
+  return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(sign, mag)), _mm256_set1_ps(kFp8E4M3Rebias));
+}
 
 // exp of 8 floats (Cephes' expf polynomial after range reduction by ln 2;
 // about 1 ulp). Inputs below -87.3 give the smallest normal float, not 0.
@@ -106,6 +124,12 @@ inline float exp_shift_sum(float* p, std::uint64_t n, float mx) {
 }
 
 inline float scalar(float v) { return v; }
+inline float scalar(Fp8E4M3 x) {
+  const std::uint32_t u = (static_cast<std::uint32_t>(x.bits & 0x80u) << 24) | (static_cast<std::uint32_t>(x.bits & 0x7fu) << 20);
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f * kFp8E4M3Rebias;
+}
 inline float scalar(std::uint16_t b) {
   const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
   float f;
@@ -113,7 +137,7 @@ inline float scalar(std::uint16_t b) {
   return f;
 }
 
-// sum_k w[k] * x[k]; W is fp32 or bf16 (uint16_t), x fp32.
+// sum_k w[k] * x[k]; W is fp32, bf16 (uint16_t) or fp8 e4m3, x fp32.
 template <class WT>
 inline float dot(const WT* w, const float* x, std::uint64_t K) {
   std::uint64_t k = 0;

@@ -49,8 +49,9 @@ namespace {
 // Writes logical element (b, h, t, d), t < L, of a [B, Hkv, L, D] cache filled
 // with fill_random(seed) into its paged slot, so that a paged pool holds exactly
 // what the contiguous cache of the same seed holds (pages: [pages, Hkv, P, D]).
-template <class Tag>
-__global__ void paged_logical_fill_kernel(std::uint16_t* __restrict__ pool, const std::int32_t* __restrict__ block_table,
+// Elem: std::uint16_t (bf16/fp16 by Tag) or std::uint8_t (fp8 e4m3).
+template <class Tag, class Elem>
+__global__ void paged_logical_fill_kernel(Elem* __restrict__ pool, const std::int32_t* __restrict__ block_table,
                                           std::uint64_t seed, int Hkv, int L, int D, int P, int pages_per_seq,
                                           std::size_t n) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -62,8 +63,12 @@ __global__ void paged_logical_fill_kernel(std::uint16_t* __restrict__ pool, cons
     const int h = static_cast<int>(rest % Hkv);
     const std::size_t b = rest / Hkv;
     const int page = block_table[b * pages_per_seq + t / P];
-    pool[((static_cast<std::size_t>(page) * Hkv + h) * P + t % P) * D + d] =
-        encode<Tag>(numeric::random_value(seed, i, 1.0f));
+    const float v = numeric::random_value(seed, i, 1.0f);
+    Elem& dst = pool[((static_cast<std::size_t>(page) * Hkv + h) * P + t % P) * D + d];
+    if constexpr (sizeof(Elem) == 1)
+      dst = numeric::float_to_fp8e4m3(v);
+    else
+      dst = encode<Tag>(v);
   }
 }
 
@@ -75,7 +80,10 @@ void paged_logical_fill(void* pool, const std::int32_t* block_table, DType t, st
   const int threads = 256;
   const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((n + threads - 1) / threads, 65535u * 4));
   auto* p = static_cast<std::uint16_t*>(pool);
-  if (t == DType::bf16)
+  if (t == DType::fp8)
+    paged_logical_fill_kernel<Bf16Tag><<<blocks, threads, 0, stream>>>(static_cast<std::uint8_t*>(pool), block_table, seed,
+                                                                       Hkv, L, D, P, pages_per_seq, n);
+  else if (t == DType::bf16)
     paged_logical_fill_kernel<Bf16Tag><<<blocks, threads, 0, stream>>>(p, block_table, seed, Hkv, L, D, P, pages_per_seq, n);
   else
     paged_logical_fill_kernel<Fp16Tag><<<blocks, threads, 0, stream>>>(p, block_table, seed, Hkv, L, D, P, pages_per_seq, n);

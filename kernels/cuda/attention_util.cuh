@@ -33,6 +33,19 @@ __device__ __forceinline__ std::uint16_t encode(float v) {
   return from_float(Tag{}, v);
 }
 
+// One fp8 e4m3 element (OCP "fn") to float: its 7 magnitude bits placed at the
+// bottom of an fp32 exponent and the top of the mantissa, times 2^120 (the bias
+// difference), exact for normal and subnormal values; no PTX conversion needed.
+__device__ __forceinline__ float fp8e4m3_to_float(unsigned b) {
+  return __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7fu) << 20)) * 1.329227995784916e36f;
+}
+
+// Eight fp8 e4m3 elements of an 8-byte vector (element 0 in the low byte of .x) to floats.
+__device__ __forceinline__ void unpack8_fp8(const uint2& u, float (&f)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = fp8e4m3_to_float(((i < 4 ? u.x : u.y) >> (8 * (i % 4))) & 0xffu);
+}
+
 // Eight 16-bit elements of a 16-byte vector (element 0 in the low half of .x) to floats.
 template <class Tag>
 __device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {

@@ -53,12 +53,15 @@ struct PagedKV {
   }
 };
 
-template <class Tag, int D, int GT, int U, class KV>
+// F8: the cache holds fp8 e4m3 (8 bytes per lane and token) with per-head scales.
+template <class Tag, int D, int GT, int U, class KV, bool F8>
 __global__ void __launch_bounds__(kThreads)
     decode_attention_kernel(const std::uint16_t* __restrict__ q, std::uint16_t* __restrict__ out,
-                            const std::uint16_t* __restrict__ kc, const std::uint16_t* __restrict__ vc, KV kv,
-                            float* __restrict__ part, int Hq, int Hkv, int G, int L, int chunk, int splits,
-                            float qscale) {
+                            const void* __restrict__ kc, const void* __restrict__ vc, KV kv,
+                            const float* __restrict__ kv_scales, float* __restrict__ part, int Hq, int Hkv, int G, int L,
+                            int chunk, int splits, float qscale) {
+  using Vec = std::conditional_t<F8, uint2, uint4>;  // 8 elements of the cache
+  constexpr int kElemBytes = F8 ? 1 : 2;
   constexpr int LPT = D / 8;        // lanes per token: 8, 16, 32
   constexpr int TPW = 32 / LPT;     // tokens per warp per step: 4, 2, 1
   constexpr int NG = kWarps * TPW;  // lane groups per CTA
@@ -78,7 +81,9 @@ __global__ void __launch_bounds__(kThreads)
   const int g0 = hchunk * GT;  // first head of this chunk within the group
   const int hq0 = kvh * G + g0;
 
-  // The group's queries, pre-scaled by scale*log2(e): scores are in the log2 domain.
+  // The group's queries, pre-scaled by scale*log2(e) (and K's scale for an fp8
+  // cache): scores are in the log2 domain.
+  if constexpr (F8) qscale *= __ldg(kv_scales + kvh);
   float qf[GT][8];
 #pragma unroll
   for (int g = 0; g < GT; ++g) {
@@ -105,24 +110,31 @@ __global__ void __launch_bounds__(kThreads)
 
   // The loop bounds are uniform across the CTA, so every lane reaches the shuffles.
   for (int base = t0; base < t1; base += STEP) {
-    uint4 kr[U], vr[U];
+    Vec kr[U], vr[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int t = base + u * NG + gi;
       if (t < t1) {
-        const std::size_t off = kv.row(b, kvh, t) + static_cast<std::size_t>(sub) * 8;
-        kr[u] = __ldg(reinterpret_cast<const uint4*>(kc + off));
-        vr[u] = __ldg(reinterpret_cast<const uint4*>(vc + off));
+        const std::size_t off = (kv.row(b, kvh, t) + static_cast<std::size_t>(sub) * 8) * kElemBytes;
+        kr[u] = __ldg(reinterpret_cast<const Vec*>(static_cast<const unsigned char*>(kc) + off));
+        vr[u] = __ldg(reinterpret_cast<const Vec*>(static_cast<const unsigned char*>(vc) + off));
       } else {
-        kr[u] = make_uint4(0, 0, 0, 0);
-        vr[u] = make_uint4(0, 0, 0, 0);
+        kr[u] = Vec{};
+        vr[u] = Vec{};
       }
     }
+    // 8 cache elements to floats (fp8: unscaled; the scales are applied outside the loop).
+    auto unpack_kv = [](const Vec& r, float (&f)[8]) {
+      if constexpr (F8)
+        unpack8_fp8(r, f);
+      else
+        unpack8<Tag>(r, f);
+    };
     float s[U][GT];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float kf[8];
-      unpack8<Tag>(kr[u], kf);
+      unpack_kv(kr[u], kf);
 #pragma unroll
       for (int g = 0; g < GT; ++g) {
         float d = 0.f;
@@ -165,7 +177,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float vf[8];
-      unpack8<Tag>(vr[u], vf);
+      unpack_kv(vr[u], vf);
 #pragma unroll
       for (int g = 0; g < GT; ++g)
 #pragma unroll
@@ -226,7 +238,8 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     const std::size_t row = static_cast<std::size_t>(b) * Hq + hq0 + g;
-    const float o = Ls > 0.f ? A / Ls : 0.f;
+    const float vscale = F8 ? __ldg(kv_scales + Hkv + kvh) : 1.f;
+    const float o = Ls > 0.f ? A / Ls * vscale : 0.f;
     if (splits == 1) {
       out[row * D + d] = encode<Tag>(o);
     } else {
@@ -265,15 +278,21 @@ using IC = std::integral_constant<int, N>;
 template <bool B>
 using BC = std::integral_constant<bool, B>;
 
-// Calls f(tag, IC<D>, IC<GT>, BC<paged>) for the run-time choices.
+// Calls f(tag, IC<D>, IC<GT>, BC<paged>, BC<kv_fp8>) for the run-time choices.
 template <class F>
-void dispatch(DType dtype, int D, int GT, bool paged, F&& f) {
+void dispatch(DType dtype, int D, int GT, bool paged, bool kv_fp8, F&& f) {
+  auto by_fp8 = [&](auto tag, auto d, auto gt, auto pg) {
+    if (kv_fp8)
+      f(tag, d, gt, pg, BC<true>{});
+    else
+      f(tag, d, gt, pg, BC<false>{});
+  };
   auto by_gt = [&](auto tag, auto d, auto pg) {
     switch (GT) {
-      case 1: f(tag, d, IC<1>{}, pg); return;
-      case 2: f(tag, d, IC<2>{}, pg); return;
-      case 4: f(tag, d, IC<4>{}, pg); return;
-      case 8: f(tag, d, IC<8>{}, pg); return;
+      case 1: by_fp8(tag, d, IC<1>{}, pg); return;
+      case 2: by_fp8(tag, d, IC<2>{}, pg); return;
+      case 4: by_fp8(tag, d, IC<4>{}, pg); return;
+      case 8: by_fp8(tag, d, IC<8>{}, pg); return;
       default: throw std::logic_error("decode attention: heads per CTA must be 1, 2, 4 or 8");
     }
   };
@@ -334,13 +353,15 @@ int decode_heads_per_cta(int G) {
 
 int decode_head_chunks(int G) { return G <= 8 ? 1 : (G + 7) / 8; }
 
-int decode_attention_ctas_per_sm(DType dtype, int D, int G, bool paged) {
+int decode_attention_ctas_per_sm(DType dtype, int D, int G, bool paged, bool kv_fp8) {
   int n = 0;
-  dispatch(dtype, D, decode_heads_per_cta(G), paged, [&](auto tag, auto d, auto gt, auto pg) {
+  dispatch(dtype, D, decode_heads_per_cta(G), paged, kv_fp8, [&](auto tag, auto d, auto gt, auto pg, auto f8) {
     constexpr int Dv = decltype(d)::value;
     constexpr int GTv = decltype(gt)::value;
     PB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n, decode_attention_kernel<decltype(tag), Dv, GTv, tokens_per_step<GTv>(), KvOf<Dv, decltype(pg)::value>>,
+        &n,
+        decode_attention_kernel<decltype(tag), Dv, GTv, tokens_per_step<GTv>(), KvOf<Dv, decltype(pg)::value>,
+                                decltype(f8)::value>,
         kThreads, 0));
   });
   return std::max(n, 1);
@@ -372,14 +393,14 @@ std::size_t decode_attention_workspace_floats(int B, int Hq, int D, int splits) 
 }
 
 DecodeSplitPlan plan_decode_splits(DType dtype, int B, int Hq, int Hkv, int L, int D, int page_size,
-                                   std::uint64_t requested, int sm_count) {
+                                   std::uint64_t requested, int sm_count, bool kv_fp8) {
   const bool paged = page_size > 0;
   const int G = Hq / Hkv, align = paged ? page_size : 64;
   DecodeSplitPlan plan;
   int splits = 1;
   if (requested == 0)
     splits = choose_decode_splits(B, Hkv, decode_head_chunks(G), L, align, sm_count,
-                                  decode_attention_ctas_per_sm(dtype, D, G, paged));
+                                  decode_attention_ctas_per_sm(dtype, D, G, paged, kv_fp8));
   else
     splits = static_cast<int>(std::min<std::uint64_t>({requested, static_cast<std::uint64_t>(L),
                                                        static_cast<std::uint64_t>(kMaxDecodeSplits)}));
@@ -398,6 +419,7 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
       static_cast<long long>(chunk) * (p.splits - 1) >= p.L || static_cast<long long>(chunk) * p.splits < p.L)
     throw std::logic_error("decode attention: splits and chunk do not tile the context");
   if (p.splits > 1 && p.workspace == nullptr) throw std::logic_error("decode attention: split-KV needs a workspace");
+  if (p.kv_fp8 && p.kv_scales == nullptr) throw std::logic_error("decode attention: an fp8 cache needs its scales");
   const int G = p.Hq / p.Hkv;
   const int GT = decode_heads_per_cta(G);
   const int chunks = decode_head_chunks(G);
@@ -405,14 +427,12 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.Hkv * chunks), static_cast<unsigned>(p.B));
   const auto* q = static_cast<const std::uint16_t*>(p.q);
   auto* out = static_cast<std::uint16_t*>(p.out);
-  const auto* kc = static_cast<const std::uint16_t*>(p.k);
-  const auto* vc = static_cast<const std::uint16_t*>(p.v);
-
-  dispatch(p.dtype, p.D, GT, paged, [&](auto tag, auto d, auto gt, auto pg) {
+  dispatch(p.dtype, p.D, GT, paged, p.kv_fp8, [&](auto tag, auto d, auto gt, auto pg, auto f8) {
     using Tag = decltype(tag);
     constexpr int Dv = decltype(d)::value;
     constexpr int GTv = decltype(gt)::value;
     constexpr bool Pg = decltype(pg)::value;
+    constexpr bool F8 = decltype(f8)::value;
     constexpr int U = tokens_per_step<GTv>();
     KvOf<Dv, Pg> kv{};
     if constexpr (Pg) {
@@ -420,8 +440,8 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
     } else {
       kv = ContiguousKV<Dv>{p.Hkv, p.L};
     }
-    decode_attention_kernel<Tag, Dv, GTv, U, KvOf<Dv, Pg>>
-        <<<grid, kThreads, 0, stream>>>(q, out, kc, vc, kv, p.workspace, p.Hq, p.Hkv, G, p.L, chunk, p.splits, qscale);
+    decode_attention_kernel<Tag, Dv, GTv, U, KvOf<Dv, Pg>, F8><<<grid, kThreads, 0, stream>>>(
+        q, out, p.k, p.v, kv, p.kv_scales, p.workspace, p.Hq, p.Hkv, G, p.L, chunk, p.splits, qscale);
     PB_CUDA_CHECK_LAUNCH("decode_attention_kernel");
     if (p.splits > 1) {
       const unsigned rows = static_cast<unsigned>(p.B * p.Hq);
@@ -441,7 +461,7 @@ DecodeSplitPlan split_plan(const Context& ctx, const OpRequest& r) {
   const int page_size = r.kind == kDecodeAttentionPaged ? static_cast<int>(r.params["page_size"]) : 0;
   return plan_decode_splits(r.dtype, static_cast<int>(a.B), static_cast<int>(a.Hq), static_cast<int>(a.Hkv),
                             static_cast<int>(a.L), static_cast<int>(a.D), page_size, r.params.get("splits", 0),
-                            ctx.sm_count);
+                            ctx.sm_count, decode_attention_kv_dtype(r) == DType::fp8);
 }
 
 std::optional<std::string> request_unsupported(const OpRequest& r, const Context&) {
@@ -463,14 +483,15 @@ std::optional<std::string> request_unsupported(const OpRequest& r, const Context
 
 class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
  public:
-  DecodeAttentionOp(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r), paged_(r.kind == kDecodeAttentionPaged) {
+  DecodeAttentionOp(Context& ctx, const OpRequest& r)
+      : ctx_(ctx), r_(r), paged_(r.kind == kDecodeAttentionPaged), kv_t_(decode_attention_kv_dtype(r)) {
     const auto a = AttentionShape::of(r.shape);
     B_ = static_cast<int>(a.B);  // cannot_run checked that every dimension fits in int
     Hq_ = static_cast<int>(a.Hq);
     Hkv_ = static_cast<int>(a.Hkv);
     L_ = static_cast<int>(a.L);
     D_ = static_cast<int>(a.D);
-    const std::size_t es = element_bytes(r.dtype);
+    const std::size_t es = element_bytes(r.dtype), cs = element_bytes(kv_t_);
     const std::size_t q_elems = static_cast<std::size_t>(B_) * Hq_ * D_;
     std::size_t kv_elems = static_cast<std::size_t>(B_) * Hkv_ * L_ * D_;
     if (paged_) {
@@ -485,8 +506,14 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
 
     q_ = DeviceBuffer(q_elems * es);
     out_ = DeviceBuffer(q_elems * es);
-    k_ = DeviceBuffer(kv_elems * es);
-    v_ = DeviceBuffer(kv_elems * es);
+    k_ = DeviceBuffer(kv_elems * cs);
+    v_ = DeviceBuffer(kv_elems * cs);
+    if (kv_t_ == DType::fp8) {
+      const auto scales = reference::kv_head_scales(static_cast<std::size_t>(Hkv_));
+      scales_ = DeviceBuffer(scales.size() * sizeof(float));
+      upload(scales_.get(), scales.data(), scales_.bytes(), ctx.stream);
+      PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // `scales` goes out of scope
+    }
     if (ws_floats) ws_ = DeviceBuffer(ws_floats * sizeof(float));
     fill_random(q_.get(), r.dtype, q_elems, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
     PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
@@ -497,15 +524,15 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
       upload(bt_.get(), bt_host_.data(), bt_.bytes(), ctx.stream);
       // Slots past L in each sequence's last page hold unrelated non-zero data (read
       // by nobody); the logical slots hold the contiguous cache's values of the same seed.
-      fill_random(k_.get(), r.dtype, kv_elems, seed_of(r.seed, KvBuf::k_pool), 1.0f, ctx.stream);
-      fill_random(v_.get(), r.dtype, kv_elems, seed_of(r.seed, KvBuf::v_pool), 1.0f, ctx.stream);
-      paged_logical_fill(k_.get(), bt_.as<std::int32_t>(), r.dtype, seed_of(r.seed, KvBuf::k), B_, Hkv_, L_, D_, P_,
+      fill_random(k_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::k_pool), 1.0f, ctx.stream);
+      fill_random(v_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::v_pool), 1.0f, ctx.stream);
+      paged_logical_fill(k_.get(), bt_.as<std::int32_t>(), kv_t_, seed_of(r.seed, KvBuf::k), B_, Hkv_, L_, D_, P_,
                          pps_, ctx.stream);
-      paged_logical_fill(v_.get(), bt_.as<std::int32_t>(), r.dtype, seed_of(r.seed, KvBuf::v), B_, Hkv_, L_, D_, P_,
+      paged_logical_fill(v_.get(), bt_.as<std::int32_t>(), kv_t_, seed_of(r.seed, KvBuf::v), B_, Hkv_, L_, D_, P_,
                          pps_, ctx.stream);
     } else {
-      fill_random(k_.get(), r.dtype, kv_elems, seed_of(r.seed, KvBuf::k), 1.0f, ctx.stream);
-      fill_random(v_.get(), r.dtype, kv_elems, seed_of(r.seed, KvBuf::v), 1.0f, ctx.stream);
+      fill_random(k_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::k), 1.0f, ctx.stream);
+      fill_random(v_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::v), 1.0f, ctx.stream);
     }
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 
@@ -524,6 +551,8 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     p_.pages_per_seq = pps_;
     p_.splits = splits;
     p_.workspace = ws_floats ? ws_.as<float>() : nullptr;
+    p_.kv_fp8 = kv_t_ == DType::fp8;
+    p_.kv_scales = p_.kv_fp8 ? scales_.as<float>() : nullptr;
   }
 
   void run() override { launch_decode_attention(p_, chunk_, ctx_.stream); }
@@ -533,8 +562,10 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
     const DType t = r_.dtype;
-    const std::size_t es = element_bytes(t);
+    const std::size_t es = element_bytes(kv_t_);  // the cache's element bytes
     const std::size_t D = static_cast<std::size_t>(D_), L = static_cast<std::size_t>(L_);
+    const auto scales = kv_t_ == DType::fp8 ? reference::kv_head_scales(static_cast<std::size_t>(Hkv_))
+                                            : std::vector<float>(2 * static_cast<std::size_t>(Hkv_), 1.0f);
     const std::size_t q_elems = static_cast<std::size_t>(B_) * Hq_ * D;
     const std::vector<float> q = download_as_float(q_.get(), t, q_elems, ctx_.stream);
     const std::vector<float> out = download_as_float(out_.get(), t, q_elems, ctx_.stream);
@@ -572,7 +603,12 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
         }
       }
       PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-      const std::vector<float> kv = reference::to_float(raw.data(), t, 2 * L * D);
+      // The cache's values: its elements times the head's scales (1 for a 16-bit cache).
+      std::vector<float> kv = reference::to_float(raw.data(), kv_t_, 2 * L * D);
+      for (std::size_t i = 0; i < L * D; ++i) {
+        kv[i] *= scales[h];
+        kv[L * D + i] *= scales[static_cast<std::size_t>(Hkv_) + h];
+      }
       const float* K = kv.data();
       const float* V = kv.data() + L * D;
       for (int g = 0; g < G; ++g) {
@@ -603,7 +639,8 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
  private:
   std::string shape() const {
     std::ostringstream os;
-    os << (paged_ ? "decode attention (paged)" : "decode attention") << " " << to_string(r_.dtype) << " B=" << B_
+    os << (paged_ ? "decode attention (paged)" : "decode attention") << " " << to_string(r_.dtype)
+       << (kv_t_ == DType::fp8 ? " fp8 cache" : "") << " B=" << B_
        << " Hq=" << Hq_ << " Hkv=" << Hkv_ << " L=" << L_ << " D=" << D_;
     if (paged_) os << " page_size=" << P_;
     os << " splits=" << p_.splits;
@@ -613,10 +650,11 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
   Context& ctx_;
   OpRequest r_;
   bool paged_;
+  DType kv_t_;
   bool fault_ = false;
   int B_ = 0, Hq_ = 0, Hkv_ = 0, L_ = 0, D_ = 0, P_ = 0, pps_ = 0;
   int chunk_ = 1;
-  DeviceBuffer q_, out_, k_, v_, bt_, ws_;
+  DeviceBuffer q_, out_, k_, v_, bt_, ws_, scales_;
   std::vector<std::int32_t> bt_host_;
   DecodeAttentionParams p_;
 };

@@ -3,7 +3,7 @@
 // or paged, with grouped-query heads and split-KV.
 //
 // Layouts (shared with the CPU backend):
-//   q, out        [B, Hq, D]
+//   q, out        [B, Hq, D]   (bf16 or fp16; the cache the same type, or fp8 e4m3 with per-head scales)
 //   contiguous K, V caches  [B, Hkv, L, D]   (two buffers)
 //   paged K, V page pools   [num_pages, Hkv, P, D], block table int32 [B, pages_per_seq]
 // Query head hq reads KV head hq / (Hq / Hkv); scale = 1/sqrt(D); fp32 accumulation,
@@ -33,6 +33,11 @@ struct DecodeAttentionParams {
   int pages_per_seq = 0;              // paged only
   int splits = 1;                     // chunks of the context (>= 1); > 1 needs the workspace
   float* workspace = nullptr;         // decode_attention_workspace_floats(...) floats when splits > 1
+  // An fp8 e4m3 cache: K and V hold e4m3 (8-byte vectors per lane instead of 16),
+  // a value of KV head h is e4m3 x kv_scales[h] (K) or kv_scales[Hkv + h] (V);
+  // the K scale joins the softmax scale, the V scale multiplies the output.
+  bool kv_fp8 = false;
+  const float* kv_scales = nullptr;   // device, [2 * Hkv], when kv_fp8
 };
 
 // Supported: D in {64, 128, 256}, Hq % Hkv == 0, bf16/fp16, page size a multiple of 16.
@@ -49,7 +54,7 @@ int decode_heads_per_cta(int G);
 int decode_head_chunks(int G);
 
 // Resident CTAs per SM of the kernel that would run these parameters (occupancy API).
-int decode_attention_ctas_per_sm(DType dtype, int D, int G, bool paged);
+int decode_attention_ctas_per_sm(DType dtype, int D, int G, bool paged, bool kv_fp8 = false);
 
 // Split-KV heuristic: enough CTAs for about two full waves of the GPU
 // (2 * sm_count * ctas_per_sm), each chunk at least 256 tokens, chunk lengths a
@@ -71,7 +76,7 @@ struct DecodeSplitPlan {
   std::size_t workspace_floats = 0;
 };
 DecodeSplitPlan plan_decode_splits(DType dtype, int B, int Hq, int Hkv, int L, int D, int page_size,
-                                   std::uint64_t requested, int sm_count);
+                                   std::uint64_t requested, int sm_count, bool kv_fp8 = false);
 
 // Enqueue on `stream` (no synchronisation). `chunk` tokens per split
 // (decode_split_chunk); p.splits == ceil(L / chunk).

@@ -27,8 +27,8 @@ namespace {
 using cuda::AttentionOpAccess;
 
 OpRequest decode_request(bool paged, DType dt, std::uint64_t B, std::uint64_t Hq, std::uint64_t Hkv, std::uint64_t L,
-                         std::uint64_t D, std::uint64_t page_size = 16, std::uint64_t splits = 0) {
-  return decode_attention_request({B, Hq, Hkv, L, D}, dt, paged, page_size, splits, 1234 + B * 7 + L);
+                         std::uint64_t D, std::uint64_t page_size = 16, std::uint64_t splits = 0, bool kv_fp8 = false) {
+  return decode_attention_request({B, Hq, Hkv, L, D}, dt, paged, page_size, splits, 1234 + B * 7 + L, kv_fp8);
 }
 
 OpRequest prefill_request(Impl impl, DType dt, std::uint64_t B, std::uint64_t S, std::uint64_t Hq, std::uint64_t Hkv,
@@ -134,32 +134,33 @@ TEST(AttentionOps, UnsupportedShapesSayWhatIsSupported) {
 struct DecodeCase {
   DType dtype;
   std::uint64_t B, Hq, Hkv, L, D, page_size, splits;
+  bool kv_fp8 = false;  // an fp8 e4m3 cache with per-head scales
 };
 std::ostream& operator<<(std::ostream& os, const DecodeCase& c) {
-  return os << to_string(c.dtype) << " B=" << c.B << " Hq=" << c.Hq << " Hkv=" << c.Hkv << " L=" << c.L
-            << " D=" << c.D << " page=" << c.page_size << " splits=" << c.splits;
+  return os << to_string(c.dtype) << (c.kv_fp8 ? " fp8 cache" : "") << " B=" << c.B << " Hq=" << c.Hq
+            << " Hkv=" << c.Hkv << " L=" << c.L << " D=" << c.D << " page=" << c.page_size << " splits=" << c.splits;
 }
 
 class DecodeAttention : public test::CudaContextTest, public ::testing::WithParamInterface<DecodeCase> {};
 
 TEST_P(DecodeAttention, ContiguousMatchesReference) {
   const auto& c = GetParam();
-  auto op = cuda::make_op(ctx(), decode_request(false, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits));
+  auto op = cuda::make_op(ctx(), decode_request(false, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits, c.kv_fp8));
   EXPECT_NO_THROW(op->verify());
 }
 
 TEST_P(DecodeAttention, PagedMatchesReference) {
   const auto& c = GetParam();
-  auto op = cuda::make_op(ctx(), decode_request(true, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits));
+  auto op = cuda::make_op(ctx(), decode_request(true, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits, c.kv_fp8));
   EXPECT_NO_THROW(op->verify());
 }
 
 TEST_P(DecodeAttention, PagedAndContiguousAgreeOnTheSameData) {
   const auto& c = GetParam();
   auto contiguous =
-      cuda::make_op(ctx(), decode_request(false, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits));
+      cuda::make_op(ctx(), decode_request(false, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits, c.kv_fp8));
   auto paged =
-      cuda::make_op(ctx(), decode_request(true, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits));
+      cuda::make_op(ctx(), decode_request(true, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits, c.kv_fp8));
   contiguous->run();
   paged->run();
   const std::vector<float> a = access(*contiguous).output_as_float();
@@ -185,7 +186,15 @@ INSTANTIATE_TEST_SUITE_P(
         DecodeCase{DType::fp16, 2, 14, 2, 300, 128, 16, 2},    // G=7: a partly idle head slot
         DecodeCase{DType::bf16, 3, 2, 1, 1, 64, 16, 0},        // a single cached token
         DecodeCase{DType::bf16, 40, 16, 8, 129, 128, 32, 0},  // GQA 2 with a real context, B=40
-        DecodeCase{DType::bf16, 2, 64, 8, 2048, 128, 16, 0}    // Llama-3-70B heads
+        DecodeCase{DType::bf16, 2, 64, 8, 2048, 128, 16, 0},   // Llama-3-70B heads
+        // fp8 caches: 8-byte loads per lane, the K scale in the softmax scale, the V
+        // scale on the output (split partials and reduction included); the tails above.
+        DecodeCase{DType::bf16, 1, 32, 8, 4097, 128, 16, 0, true},  // automatic splits
+        DecodeCase{DType::fp16, 2, 32, 4, 777, 256, 48, 3, true},   // GQA 8, D=256, page 48, forced splits
+        DecodeCase{DType::bf16, 3, 8, 8, 1000, 64, 16, 0, true},    // GQA 1, D=64 (8 lanes per token)
+        DecodeCase{DType::bf16, 1, 12, 1, 333, 64, 16, 0, true},    // two head chunks per kv head
+        DecodeCase{DType::fp16, 2, 14, 2, 300, 128, 16, 2, true},   // G=7, splits
+        DecodeCase{DType::bf16, 3, 2, 1, 1, 64, 16, 0, true}        // a single cached token
         ));
 
 using DecodeAttentionMisc = test::CudaContextTest;
@@ -224,7 +233,9 @@ TEST_F(DecodeAttentionMisc, RunIsRepeatableAndAsynchronous) {
 TEST_F(DecodeAttentionMisc, WrongOutputIsCaught) {
   for (const bool paged : {false, true}) {
     for (const std::uint64_t splits : {1u, 4u}) {
-      auto op = cuda::make_op(ctx(), decode_request(paged, DType::bf16, 2, 8, 2, 1000, 128, 16, splits));
+      // The fp8 cache with the paged layout, the 16-bit one with the contiguous.
+      const bool fp8 = paged;
+      auto op = cuda::make_op(ctx(), decode_request(paged, DType::bf16, 2, 8, 2, 1000, 128, 16, splits, fp8));
       EXPECT_NO_THROW(op->verify());
       access(*op).set_fault_injection(true);
       EXPECT_THROW(op->verify(), VerificationError) << (paged ? "paged" : "contiguous") << " splits " << splits;

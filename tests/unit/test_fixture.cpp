@@ -399,3 +399,28 @@ TEST_F(FixtureTest, EnergyPerTokenCountsThePointsTokens) {
   doc["context"]["phasebench"]["energy"] = {{"available", false}, {"why", "not available: no RAPL here"}};
   EXPECT_NE(summarize(doc).find("energy: not available: no RAPL here"), std::string::npos);
 }
+
+TEST(Summary, Fp8CacheAgainstTheWiderCacheOnTheSameShapes) {
+  // Two decode attention points of one shape, the second over an fp8 cache
+  // (kv_bits:8) and 1.8x faster; a third, paged, with no fp8 twin.
+  auto point = [](const std::string& op, double t, std::uint64_t kv_bits, std::uint64_t page) {
+    nlohmann::json args = {{"batch", 8}, {"context", 4096}};
+    if (kv_bits) args["kv_bits"] = kv_bits;
+    if (page) args["page_size"] = page;
+    nlohmann::json p = {{"phase", "decode"}, {"op", op}, {"model", "m"}, {"dtype", "bf16"}, {"cache", "cold"},
+                        {"status", "ok"}, {"args", args},
+                        {"shape", {{"B", 8}, {"Hq", 32}, {"Hkv", 8}, {"L", 4096}, {"D", 128}}},
+                        {"time", {{"median_s", t}}}, {"roofline", {{"fraction_of_roofline", 0.5}}}};
+    const std::string name = "decode/" + op + "/m/bf16/" + std::to_string(kv_bits) + "/" + std::to_string(page);
+    return nlohmann::json{{"name", name}, {"run_name", name}, {"run_type", "iteration"}, {"phasebench", p}};
+  };
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 3}}}}},
+                        {"benchmarks", {point("attention", 1.8e-3, 0, 0), point("attention", 1.0e-3, 8, 0),
+                                        point("attention_paged", 2.0e-3, 0, 16)}}};
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("fp8 cache vs the run's dtype"), std::string::npos) << s;
+  EXPECT_NE(s.find("contiguous        1    1.80x"), std::string::npos) << s;
+  EXPECT_EQ(s.find("page 16"), std::string::npos) << "no fp8 twin, no row: " << s;
+  // The fp8 point is not taken for the 16-bit one in the paged-vs-contiguous line.
+  EXPECT_NE(s.find("16              1     1.11"), std::string::npos) << s;
+}

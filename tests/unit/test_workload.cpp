@@ -3,6 +3,7 @@
 
 #include "backend.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/attention.hpp"
 #include "phasebench/ops/linear.hpp"
 #include "phasebench/workload.hpp"
 
@@ -51,6 +52,17 @@ TEST(Workload, DecodeAttention) {
   EXPECT_NEAR(c.intensity(), 4.0, 0.05);
   const auto big = decode_attention_cost({256, 32, 8, 1000, 128}, 2, 2);
   EXPECT_NEAR(big.intensity(), c.intensity(), 1e-9);
+  // An fp8 cache: half the KV bytes plus an fp32 scale per KV head for K and V;
+  // the same FLOPs, twice the intensity.
+  const auto f8 = decode_attention_cost(s, 1, 2);
+  EXPECT_EQ(f8.flops, c.flops);
+  EXPECT_EQ(f8.bytes.kv_cache, 2ull * 2 * 8 * 1000 * 128 + 2 * 8 * 4);
+  EXPECT_NEAR(f8.intensity(), 2 * c.intensity(), 0.05);  // q and out stay 16-bit
+  // The op's declared cost is the same formula.
+  const auto r = decode_attention_request(s, DType::bf16, false, 16, 0, 0x5eed, true);
+  EXPECT_EQ(decode_attention_kv_dtype(r), DType::fp8);
+  EXPECT_EQ(r.cost().bytes.kv_cache, f8.bytes.kv_cache);
+  EXPECT_EQ(r.cost().bytes.total(), f8.bytes.total());
 }
 
 TEST(Workload, PagedAttentionAddsBlockTable) {

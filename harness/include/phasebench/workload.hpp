@@ -68,7 +68,12 @@ struct AttentionShape {
   static AttentionShape of(const Shape& s) { return {s["B"], s["Hq"], s["Hkv"], s["L"], s["D"]}; }
   Shape shape() const { return {{"B", B}, {"Hq", Hq}, {"Hkv", Hkv}, {"L", L}, {"D", D}}; }
 };
+// c: KV-cache element bytes (1: fp8 e4m3, with kv_scale_bytes of scales), a:
+// query and output element bytes.
 OpCost decode_attention_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a);
+// An 8-bit KV cache is stored with one fp32 scale per KV head for K and one for V
+// (value = e4m3 x scale); 16-bit caches have none.
+std::uint64_t kv_scale_bytes(std::uint64_t Hkv, std::uint64_t c);
 // Paged cache: the same KV bytes plus each sequence's block table (int32 per page).
 std::uint64_t pages_per_sequence(std::uint64_t L, std::uint64_t page_size);
 OpCost decode_attention_paged_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a, std::uint64_t page_size);
