@@ -290,6 +290,7 @@ nlohmann::json run_context(Backend& backend, const std::string& why, const RunFl
   for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
   pctx["command_line"] = cmdline;
   pctx["decode_linear_crossings"] = nlohmann::json::array();  // filled in when the sweep ends
+  pctx["decode_moe_crossings"] = nlohmann::json::array();     // likewise
   pctx["beyond_caches_bytes"] = kBeyondCachesFactor * backend.device().cache_bytes;  // points' "beyond_caches"
   const auto& stop = opts.stop;
   if (stop.by_noise)
@@ -354,6 +355,7 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
   benchmark::Shutdown();
   if (!f.no_calibrate) check_bandwidth_again(backend, file);
   file.set_phasebench_field("decode_linear_crossings", decode_linear_crossings(file.document()));
+  file.set_phasebench_field("decode_moe_crossings", decode_moe_crossings(file.document()));
   file.write();
   if (!f.no_summary) std::cout << summarize(file.document());
   std::cout << "\nresults: " << path << "\n";

@@ -10,14 +10,17 @@
 #include <fstream>
 #include <numeric>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "backend.hpp"
 #include "cli_test_util.hpp"
+#include "crossings.hpp"
 #include "cpu/reference.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
 #include "phasebench/ops/moe.hpp"
+#include "summary.hpp"
 #include "sweep.hpp"
 
 using namespace phasebench;
@@ -145,9 +148,10 @@ TEST(Moe, CpuOpMatchesReferenceOnTailHeavyShapes) {
       auto op = b->prepare(r);
       EXPECT_NO_THROW(op->verify()) << to_string(t) << " T=" << c.s.T << " " << c.r.text();
     }
-  // Every expert touched by a model-sized prefill (Qwen3's experts, a few tokens).
+  // Model-sized experts (Qwen3-30B-A3B's width and k, 16 of its 128 experts, so
+  // that the unit tests fill 150 MB of weights, not 2.4 GB), every one touched.
   const auto q = load_model("qwen3-30b-a3b");
-  auto op = b->prepare(moe_request({24, q.experts_per_token, q.experts, q.hidden, q.expert_intermediate}, kUniform,
+  auto op = b->prepare(moe_request({24, q.experts_per_token, 16, q.hidden, q.expert_intermediate}, kUniform,
                                    DType::fp32, Impl::blas, Phase::prefill));
   EXPECT_NO_THROW(op->verify());
 }
@@ -304,4 +308,77 @@ TEST(Moe, SmallCpuSweepRecordsTheRoutingInTheResults) {
   }
   EXPECT_EQ(points, 2 * 3);
   std::filesystem::remove(out);
+}
+
+TEST(Moe, DecodeCrossingIsFarLaterThanADenseLayers) {
+  // Qwen3-30B-A3B bf16 on the H100's datasheet ridge (989e12 / 3.35e12 = 295 FLOP/B).
+  const auto q = load_model("qwen3-30b-a3b");
+  const MoeShape s{0, q.experts_per_token, q.experts, q.hidden, q.expert_intermediate};
+  const double ridge = 989e12 / 3.35e12;
+  const auto B = moe_batch_at_intensity(s, kUniform, DType::bf16, ridge);
+  ASSERT_TRUE(B.has_value());
+  auto intensity = [&](std::uint64_t b) {
+    MoeShape x = s;
+    x.T = b;
+    const auto f = WeightFormat::plain(DType::bf16);
+    return moe_experts_cost(x, expected_experts_touched(s.E, s.k, b, kUniform), f, f, 2).total().intensity();
+  };
+  EXPECT_GE(intensity(*B), ridge);
+  EXPECT_LT(intensity(*B - 1), ridge);
+  const auto dense = linear_batch_at_intensity(2 * s.I, s.h, DType::bf16, ridge);
+  ASSERT_TRUE(dense.has_value());
+  // Every token reads k of E experts: about E/k = 16 times the dense layer's batch (the
+  // permutation's traffic pushes it further).
+  EXPECT_GT(*B, 16 * *dense) << *B << " vs dense " << *dense;
+  // A skewed router touches fewer experts at a small batch: it crosses a low ridge earlier.
+  EXPECT_LT(*moe_batch_at_intensity(s, Routing{Routing::Kind::zipf, 2.0}, DType::bf16, 2.0),
+            *moe_batch_at_intensity(s, kUniform, DType::bf16, 2.0));
+}
+
+TEST(Moe, SummaryShowsTheMeasuredAndPredictedDecodeCrossing) {
+  // Qwen3's experts on P = 600 TF/s, W = 3 TB/s: each point's time is the
+  // slower of its FLOPs at P and its bytes at W (the drawn routing's bytes).
+  const auto q = load_model("qwen3-30b-a3b");
+  const double P = 600e12, W = 3e12;
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 3}, {"ceiling_used", "datasheet"}}}}},
+                        {"benchmarks", nlohmann::json::array()}};
+  auto add = [&](std::uint64_t B) {
+    const auto r = moe_request({B, q.experts_per_token, q.experts, q.hidden, q.expert_intermediate}, kUniform,
+                               DType::bf16, Impl::blas, Phase::decode);
+    const auto c = r.cost();
+    const double t = std::max(static_cast<double>(c.flops) / P, static_cast<double>(c.bytes.total()) / W);
+    const std::string name = "decode/moe/qwen3-30b-a3b.experts/bf16/batch:" + std::to_string(B) + "/routing:uniform";
+    const nlohmann::json roof = {{"ridge_flop_per_byte", 295.0}, {"fraction_of_roofline", 0.5}, {"compute_ceiling_source", "datasheet"},
+                                 {"bandwidth_ceiling_source", "datasheet"}};
+    doc["benchmarks"].push_back(
+        {{"name", name},
+         {"run_name", name},
+         {"run_type", "iteration"},
+         {"phasebench",
+          {{"phase", "decode"}, {"op", "moe"}, {"op_kind", kMoe}, {"model", "qwen3-30b-a3b"}, {"target", "experts"},
+           {"dtype", "bf16"}, {"status", "ok"}, {"shape", OpRegistry::get().op(kMoe).shape_json(r)},
+           {"flops", c.flops}, {"bytes", {{"total", c.bytes.total()}}}, {"time", {{"median_s", t}}},
+           {"roofline", roof}, {"roofline_by_source", {{"datasheet", roof}}}}}});
+  };
+  for (std::uint64_t B : {1u, 16u, 256u, 4096u, 65536u}) add(B);
+  const auto rec = decode_moe_crossings(doc);
+  ASSERT_EQ(rec.size(), 1u);
+  const MoeShape s{0, q.experts_per_token, q.experts, q.hidden, q.expert_intermediate};
+  // P_eff is P (the largest batch is compute-bound), W_eff is W.
+  const auto measured = moe_batch_at_intensity(s, kUniform, DType::bf16, P / W);
+  const auto predicted = moe_batch_at_intensity(s, kUniform, DType::bf16, 295.0);
+  const auto dense = linear_batch_at_intensity(2 * s.I, s.h, DType::bf16, 295.0);
+  EXPECT_EQ(rec[0].at("measured").at("batch"), *measured) << rec[0].dump();
+  EXPECT_EQ(rec[0].at("predicted").at("datasheet").at("batch"), *predicted);
+  EXPECT_EQ(rec[0].at("predicted").at("datasheet").at("dense_batch"), *dense);
+  EXPECT_EQ(rec[0].at("routing"), "uniform");
+  const auto text = summarize(doc);
+  EXPECT_NE(text.find("decode MoE experts"), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("{:<36} {:<10} {:>12} {:>10} {:>8}", "qwen3-30b-a3b.experts bf16", "uniform",
+                                  *measured, *predicted, *dense)),
+            std::string::npos)
+      << text;
+  // Still streaming at the largest batch: beyond the sweep.
+  doc["benchmarks"].erase(doc["benchmarks"].end() - 1);
+  EXPECT_EQ(decode_moe_crossings(doc)[0].at("measured").at("text"), "> 4096");
 }

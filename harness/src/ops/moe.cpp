@@ -48,6 +48,29 @@ MoeCost moe_cost(const OpRequest& r) {
   return moe_experts_cost(s, static_cast<double>(moe_routed(r).touched()), f, f, element_bytes(r.dtype));
 }
 
+std::optional<std::uint64_t> moe_batch_at_intensity(const MoeShape& s, const Routing& routing, DType t, double ridge) {
+  const auto f = WeightFormat::plain(t);
+  auto reaches = [&](std::uint64_t B) {
+    MoeShape b = s;
+    b.T = B;
+    const double touched = expected_experts_touched(s.E, s.k, B, routing);
+    return moe_experts_cost(b, touched, f, f, element_bytes(t)).total().intensity() >= ridge;
+  };
+  constexpr std::uint64_t kLimit = 1ull << 24;
+  std::uint64_t hi = 1;
+  while (!reaches(hi)) {
+    if (hi >= kLimit) return std::nullopt;
+    hi *= 2;
+  }
+  if (hi == 1) return 1;
+  std::uint64_t lo = hi / 2;  // does not reach
+  while (hi - lo > 1) {
+    const auto mid = lo + (hi - lo) / 2;
+    (reaches(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
 namespace {
 
 // Inputs, every expert's weights (memory counts them all), the intermediates

@@ -8,6 +8,7 @@
 // moe_experts_cost (workload.hpp). Activations and weights in the request's
 // dtype, intermediates too; the combine weights fp32.
 #include <cstdint>
+#include <optional>
 
 #include "phasebench/op.hpp"
 #include "phasebench/routing.hpp"
@@ -27,5 +28,13 @@ Routing moe_routing(const OpRequest& r);
 RoutedTokens moe_routed(const OpRequest& r);
 // The request's cost with the experts its drawn routing touches.
 MoeCost moe_cost(const OpRequest& r);
+
+// Decode: the smallest batch B (one token per sequence, T = B) at which the
+// routed experts of shape `s` (its T ignored) in element type `t` reach
+// intensity `ridge` FLOP/byte, with the experts `routing` is expected to touch
+// (expected_experts_touched): where decode MoE crosses from memory- to
+// compute-bound on a roofline of that ridge. The intensity grows with B (the
+// experts touched grow slower than B). Nothing when not before B = 2^24.
+std::optional<std::uint64_t> moe_batch_at_intensity(const MoeShape& s, const Routing& routing, DType t, double ridge);
 
 }  // namespace phasebench
