@@ -259,35 +259,42 @@ void check_moe(const MoeInputs& in, const std::vector<std::uint64_t>& tokens, DT
                const std::function<float(std::uint64_t t, std::uint64_t c)>& got, const std::string& what) {
   const std::size_t h = in.h, I = in.I, k = in.k;
   std::vector<std::vector<double>> want(tokens.size(), std::vector<double>(h, 0.0)), scale = want;
-  const auto n = static_cast<std::int64_t>(tokens.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto t = tokens[static_cast<std::size_t>(i)];
-    std::vector<float> x(h), row(std::max(h, I));
-    std::vector<double> act(I);
+  // Few tokens of wide experts: the threads split each expert's rows, not the tokens.
+  std::vector<float> x(h);
+  std::vector<double> act(I);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const auto t = tokens[i];
     in.x(t, x.data());
     for (std::size_t j = 0; j < k; ++j) {
       const auto e = in.expert[t * k + j];
       const double w = in.weight[t * k + j];
-      for (std::size_t r = 0; r < I; ++r) {
-        in.gate_up(e, r, row.data());
-        double g = 0;
-        for (std::size_t c = 0; c < h; ++c) g += static_cast<double>(x[c]) * row[c];
-        in.gate_up(e, I + r, row.data());
-        double u = 0;
-        for (std::size_t c = 0; c < h; ++c) u += static_cast<double>(x[c]) * row[c];
-        act[r] = g / (1.0 + std::exp(-g)) * u;
-      }
-      for (std::size_t c = 0; c < h; ++c) {
-        in.down(e, c, row.data());
-        double y = 0, a = 0;
-        for (std::size_t r = 0; r < I; ++r) {
-          const double p = act[r] * row[r];
-          y += p;
-          a += std::fabs(p);
+#pragma omp parallel if (h * I >= (1u << 16))  // threads only for wide experts
+      {
+        std::vector<float> row(std::max(h, I));
+#pragma omp for schedule(static)
+        for (std::int64_t r = 0; r < static_cast<std::int64_t>(I); ++r) {
+          const auto ri = static_cast<std::size_t>(r);
+          in.gate_up(e, ri, row.data());
+          double g = 0;
+          for (std::size_t c = 0; c < h; ++c) g += static_cast<double>(x[c]) * row[c];
+          in.gate_up(e, I + ri, row.data());
+          double u = 0;
+          for (std::size_t c = 0; c < h; ++c) u += static_cast<double>(x[c]) * row[c];
+          act[ri] = g / (1.0 + std::exp(-g)) * u;
         }
-        want[static_cast<std::size_t>(i)][c] += w * y;
-        scale[static_cast<std::size_t>(i)][c] += w * a;
+#pragma omp for schedule(static)
+        for (std::int64_t c = 0; c < static_cast<std::int64_t>(h); ++c) {
+          const auto ci = static_cast<std::size_t>(c);
+          in.down(e, ci, row.data());
+          double y = 0, a = 0;
+          for (std::size_t r = 0; r < I; ++r) {
+            const double p = act[r] * row[r];
+            y += p;
+            a += std::fabs(p);
+          }
+          want[i][ci] += w * y;
+          scale[i][ci] += w * a;
+        }
       }
     }
   }
