@@ -1,6 +1,7 @@
 // The routed experts of a MoE layer on the CPU (ops/moe.hpp), BLAS per expert:
 // permute X's rows into expert order, per expert one GEMM of its rows by its
-// gate_up weights (OpenBLAS sgemm; sbgemm for bf16, its fp32 output rounded),
+// gate_up weights (OpenBLAS sgemm, sgemv for an expert with one row; sbgemm for
+// bf16, its fp32 output rounded),
 // SiLU(gate) * up, per expert one GEMM by its down weights, then each token's k
 // rows combined with the router's weights. The experts' weights are one buffer,
 // gate_up of every expert [E][2I][h] then down [E][h][I], filled once per model
@@ -129,6 +130,11 @@ class CpuMoe final : public CpuOp {
   void gemm(const unsigned char* A, const unsigned char* B, unsigned char* C, std::uint64_t M, std::uint64_t N,
             std::uint64_t K) {
     const auto m = static_cast<blasint>(M), n = static_cast<blasint>(N), kk = static_cast<blasint>(K);
+    if (r_.dtype == DType::fp32 && M == 1) {  // one row: BLAS's GEMV streams the weights without packing them
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, kk, 1.0f, reinterpret_cast<const float*>(B), kk,
+                  reinterpret_cast<const float*>(A), 1, 0.0f, reinterpret_cast<float*>(C), 1);
+      return;
+    }
     if (r_.dtype == DType::fp32) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, kk, 1.0f, reinterpret_cast<const float*>(A), kk,
                   reinterpret_cast<const float*>(B), kk, 0.0f, reinterpret_cast<float*>(C), n);
