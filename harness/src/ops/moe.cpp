@@ -2,11 +2,13 @@
 // experts layer over T tokens, with its drawn routing's token counts per expert
 // in the results' "shape". One sweep group, moe: for each mixture-of-experts
 // model (SweepConfig::moe_models: the MoE models of --model, else Mixtral,
-// Qwen3-30B-A3B and DeepSeek-V2-Lite on a GPU, Qwen3-30B-A3B on a CPU) and each --routing, decode at --moe-decode-batches (T = batch, one token per
-// sequence) and prefill at --moe-prompts (one sequence, T = prompt).
+// Qwen3-30B-A3B and DeepSeek-V2-Lite on a GPU, Qwen3-30B-A3B on a CPU) and each
+// --routing, decode at --moe-decode-batches (T = batch, one token per sequence)
+// and prefill at --moe-prompts (one sequence, T = prompt).
 #include "phasebench/ops/moe.hpp"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
@@ -103,9 +105,9 @@ PHASEBENCH_DECLARE_OPS(moe) {
   registry.declare(OpDecl{kMoe, {"T", "k", "E", "h", "I"}, {"routing", "routing_ppm"},
                           [](const OpRequest& r) { return moe_cost(r).total(); }, footprint, shape_json});
   AxisDecl routing_axis{"routing", "--routing", "PHASEBENCH_ROUTING",
-                   "how the moe group routes tokens: uniform, zipf:S (popularity 1/rank^S) or hot:F (a fraction F of "
-                   "the tokens to one hot expert), comma-separated",
-                   false, {}, {}, {}};
+                        "how the moe group routes tokens: uniform, zipf:S (popularity 1/rank^S) or hot:F (a fraction F "
+                        "of the tokens to one hot expert), comma-separated",
+                        false, {}, {}, {}};
   routing_axis.text = true;
   routing_axis.gpu_text = {"uniform"};
   routing_axis.cpu_text = {"uniform"};
