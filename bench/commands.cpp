@@ -149,9 +149,15 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--dtype", f.dtypes, "comma-separated: fp32, tf32, fp16, bf16, fp8 (default: bf16 on GPU, fp32 on CPU)")
       ->envname("PHASEBENCH_DTYPE");
   // The sweep axes the operations declare (harness/src/ops/), with their defaults.
+  auto join_words = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+    return s;
+  };
   for (const auto& a : OpRegistry::get().axes())
     app.add_option(a.flag, f.axes[a.key],
-                   a.help + " (default: GPU " + join_sizes(a.gpu_default) + "; CPU " + join_sizes(a.cpu_default) + ")")
+                   a.help + " (default: GPU " + (a.text ? join_words(a.gpu_text) : join_sizes(a.gpu_default)) + "; CPU " +
+                       (a.text ? join_words(a.cpu_text) : join_sizes(a.cpu_default)) + ")")
         ->envname(a.env);
   app.add_option("--shape", f.shapes, "free-form linear shape M,N,K (repeatable)");
   std::string groups = "groups to run, comma-separated (default: all):";
@@ -227,6 +233,16 @@ SweepConfig sweep_config(const RunFlags& f, bool models_given) {
   for (const auto& a : OpRegistry::get().axes()) {
     const auto& text = f.axes.at(a.key);
     if (text.empty()) continue;
+    if (a.text) {
+      std::vector<std::string> words;
+      for (auto& w : CLI::detail::split(text, ',')) {
+        if (w.empty()) throw InputError(a.flag + ": an empty item in " + quote_value(text));
+        words.push_back(w);
+      }
+      if (a.check_text) a.check_text(words);  // bad input fails before a device is chosen
+      cfg.axes.texts[a.key] = std::move(words);
+      continue;
+    }
     auto v = parse_size_list(text, a.flag);
     if (a.single && v.size() != 1) throw InputError(a.flag + " takes one value, got '" + text + "'");
     cfg.axes.sizes[a.key] = std::move(v);
@@ -274,6 +290,7 @@ nlohmann::json run_context(Backend& backend, const std::string& why, const RunFl
   for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
   pctx["command_line"] = cmdline;
   pctx["decode_linear_crossings"] = nlohmann::json::array();  // filled in when the sweep ends
+  pctx["decode_moe_crossings"] = nlohmann::json::array();     // likewise
   pctx["beyond_caches_bytes"] = kBeyondCachesFactor * backend.device().cache_bytes;  // points' "beyond_caches"
   const auto& stop = opts.stop;
   if (stop.by_noise)
@@ -338,6 +355,7 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
   benchmark::Shutdown();
   if (!f.no_calibrate) check_bandwidth_again(backend, file);
   file.set_phasebench_field("decode_linear_crossings", decode_linear_crossings(file.document()));
+  file.set_phasebench_field("decode_moe_crossings", decode_moe_crossings(file.document()));
   file.write();
   if (!f.no_summary) std::cout << summarize(file.document());
   std::cout << "\nresults: " << path << "\n";
@@ -439,7 +457,8 @@ int cmd_model(int argc, char** argv) {
                  "also estimate a whole request: the prompt, then this many generated tokens (TTFT, time per token, "
                  "tokens/s)");
   app.add_option("--routing", routing,
-                 "how tokens pick experts (MoE): uniform, or zipf:S for expert popularity proportional to 1/rank^S; "
+                 "how tokens pick experts (MoE): uniform, zipf:S for expert popularity proportional to 1/rank^S, or "
+                 "hot:F for a fraction F of the tokens sent to one hot expert; "
                  "sets how many distinct experts a decode step reads");
   app.add_option("--tp", tp,
                  "tensor-parallel GPUs: each op per GPU (heads, MLP and experts split as Megatron-LM/vLLM do), plus "
@@ -489,7 +508,7 @@ int cmd_model(int argc, char** argv) {
       return 0;
     }
     auto m = load_model(config.empty() ? model : config);
-    m.routing_zipf = parse_routing(routing);
+    m.routing = parse_routing(routing);
     EstimateInputs in;
     in.batch = static_cast<std::uint64_t>(batch);
     in.prompt = static_cast<std::uint64_t>(prompt);

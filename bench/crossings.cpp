@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "phasebench/dtype.hpp"
+#include "phasebench/ops/moe.hpp"
 #include "phasebench/workload.hpp"
 
 namespace phasebench {
@@ -118,6 +119,88 @@ nlohmann::json decode_linear_crossings(const nlohmann::json& results) {
                    {"dtype", dtype},
                    {"N", l.N},
                    {"K", l.K},
+                   {"batches", batches},
+                   {"measured", measured},
+                   {"predicted", predicted},
+                   {"ceiling_used", ceiling_used}});
+  }
+  return out;
+}
+
+nlohmann::json decode_moe_crossings(const nlohmann::json& results) {
+  const auto pb = results.value("context", nlohmann::json::object()).value("phasebench", nlohmann::json::object());
+  const std::string ceiling_used = pb.value("ceiling_used", "measured");
+  struct MoePoints {
+    MoeShape s;
+    Routing routing;
+    DType dtype = DType::bf16;
+    std::map<std::uint64_t, std::pair<double, double>> best;  // batch -> (FLOP/s, bytes/s) of its fastest point
+    std::map<std::uint64_t, double> fastest;
+    nlohmann::json by_source = nlohmann::json::object(), in_use;
+  };
+  std::map<std::tuple<std::string, std::string, std::string>, MoePoints> layers;
+  for (const auto* b : standing_points(results)) {
+    const auto& p = b->at("phasebench");
+    if (p.value("phase", "") != "decode" || p.value("op_kind", "") != kMoe || p.value("status", "") != "ok") continue;
+    if (!p.contains("time") || !p.contains("shape") || !p.contains("bytes")) continue;
+    const auto& sh = p.at("shape");
+    const std::string routing = sh.value("routing", "uniform");
+    auto& l = layers[{p.value("model", ""), routing, p.value("dtype", "")}];
+    l.s = {0, sh.value("k", std::uint64_t{0}), sh.value("E", std::uint64_t{0}), sh.value("h", std::uint64_t{0}),
+           sh.value("I", std::uint64_t{0})};
+    l.routing = parse_routing(routing);
+    l.dtype = parse_dtype(p.value("dtype", "bf16"));
+    const auto B = sh.value("T", std::uint64_t{0});
+    const double t = p.at("time").value("median_s", 0.0);
+    if (t <= 0) continue;
+    if (!l.fastest.count(B) || t < l.fastest[B]) {
+      l.fastest[B] = t;
+      l.best[B] = {p.value("flops", 0.0) / t, p.at("bytes").value("total", 0.0) / t};
+    }
+    l.by_source = p.value("roofline_by_source", nlohmann::json::object());
+    if (p.contains("roofline")) l.in_use = p.at("roofline");
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [key, l] : layers) {
+    if (l.best.empty()) continue;
+    const auto& [model, routing, dtype] = key;
+    nlohmann::json batches = nlohmann::json::array();
+    double p_eff = 0, w_eff = 0;
+    for (const auto& [B, rates] : l.best) {
+      batches.push_back(B);
+      p_eff = std::max(p_eff, rates.first);
+      w_eff = std::max(w_eff, rates.second);
+    }
+    nlohmann::json measured = {{"peak_flops_per_s", p_eff}, {"bandwidth_bytes_per_s", w_eff}, {"batch", nullptr}};
+    const auto& [last_batch, last_rates] = *l.best.rbegin();
+    if (l.best.size() < 2) {
+      measured["text"] = "one batch only";
+    } else if (last_rates.second >= 0.7 * w_eff) {
+      measured["text"] = fmt::format("> {}", last_batch);
+    } else {
+      const auto m = moe_batch_at_intensity(l.s, l.routing, l.dtype, p_eff / w_eff);
+      measured["batch"] = batch_or_null(m);
+      measured["text"] = m ? std::to_string(*m) : std::string("never");
+    }
+    nlohmann::json predicted = nlohmann::json::object();
+    auto predict = [&](const nlohmann::json& roof) {
+      const double ridge = roof.value("ridge_flop_per_byte", 0.0);
+      return nlohmann::json{{"batch", batch_or_null(moe_batch_at_intensity(l.s, l.routing, l.dtype, ridge))},
+                            {"dense_batch", batch_or_null(linear_batch_at_intensity(2 * l.s.I, l.s.h, l.dtype, ridge))},
+                            {"ridge_flop_per_byte", ridge},
+                            {"compute_ceiling_source", roof.value("compute_ceiling_source", "")},
+                            {"bandwidth_ceiling_source", roof.value("bandwidth_ceiling_source", "")}};
+    };
+    for (const auto& [source, roof] : l.by_source.items()) predicted[source] = predict(roof);
+    if (!predicted.contains(ceiling_used) && l.in_use.is_object()) predicted[ceiling_used] = predict(l.in_use);
+    out.push_back({{"layer", model + ".experts"},
+                   {"model", model},
+                   {"routing", routing},
+                   {"dtype", dtype},
+                   {"k", l.s.k},
+                   {"E", l.s.E},
+                   {"h", l.s.h},
+                   {"I", l.s.I},
                    {"batches", batches},
                    {"measured", measured},
                    {"predicted", predicted},

@@ -29,4 +29,13 @@ std::vector<const nlohmann::json*> standing_points(const nlohmann::json& results
 // Intensities count the output in linear_output_type (fp8 writes bf16).
 nlohmann::json decode_linear_crossings(const nlohmann::json& results);
 
+// The same for the MoE experts (op_kind moe_experts), one record per (model,
+// routing, dtype) with "ok" decode points: layer ("<model>.experts"), model,
+// routing, dtype, k, E, h, I, batches, measured (as above, the crossing batch
+// from moe_batch_at_intensity at P_eff/W_eff), predicted (per ceiling source:
+// the batch where the expected experts touched put the intensity at the ridge,
+// with `dense_batch`: where one expert's gate_up, as a dense layer, reaches the
+// same ridge), ceiling_used.
+nlohmann::json decode_moe_crossings(const nlohmann::json& results);
+
 }  // namespace phasebench

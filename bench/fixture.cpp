@@ -425,6 +425,7 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
   j["dtype"] = to_string(p->request.dtype);
   j["impl"] = to_string(p->request.impl);
   j["args"] = p->args;
+  for (const auto& [k, v] : p->text_args) j["args"][k] = v;
   const auto& decl = OpRegistry::get().op(p->request.kind);
   j["shape"] = decl.shape_json ? decl.shape_json(p->request) : p->request.shape.to_json();
   if (p->invalid.empty()) {  // no cost for a point whose sizes overflow

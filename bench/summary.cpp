@@ -1,7 +1,7 @@
 // The summary a run ends with (and `phasebench summary FILE` prints): fraction
 // of roofline per phase and op, paging's cost, what an fp8 KV cache buys, the
-// decode linear crossings, what int4 weights buy over bf16, whole layers measured
-// against the analytical model, how the points stopped sampling, and energy.
+// decode linear and MoE crossings, what int4 weights buy over bf16, whole layers
+// measured against the analytical model, how the points stopped sampling, and energy.
 #include "summary.hpp"
 
 #include <fmt/format.h>
@@ -267,6 +267,29 @@ std::string crossings_section(const nlohmann::json& results, const nlohmann::jso
   return out;
 }
 
+// Decode MoE: the batch where the routed experts stop being memory-bound,
+// measured and predicted, beside a dense layer of one expert's width.
+std::string moe_crossings_section(const nlohmann::json& results, const nlohmann::json& pb) {
+  const auto crossings = pb.contains("decode_moe_crossings") ? pb.at("decode_moe_crossings") : decode_moe_crossings(results);
+  if (crossings.empty()) return "";
+  std::string out = "\ndecode MoE experts: batch where the routed experts cross from memory-bound to compute-bound\n";
+  out += "  measured: where the intensity (expected experts touched) reaches P_eff/W_eff of the layer's own points\n"
+         "  (\"> B\" while the largest batch still moves 70% of W_eff); predicted: where it reaches the ridge P/W;\n"
+         "  dense: where one expert's gate_up as a dense layer reaches the same ridge (every weight read at any batch).\n";
+  out += fmt::format("  {:<36} {:<10} {:>12} {:>10} {:>8}\n", "layer", "routing", "measured", "predicted", "dense");
+  auto text = [](const nlohmann::json& v) {
+    return v.is_number() ? std::to_string(v.get<std::uint64_t>()) : std::string("never");
+  };
+  for (const auto& x : crossings) {
+    const auto used = x.at("predicted").value(x.value("ceiling_used", ""), nlohmann::json::object());
+    const std::string predicted = used.contains("batch") ? text(used.at("batch")) : "-";
+    const std::string dense = used.contains("dense_batch") ? text(used.at("dense_batch")) : "-";
+    out += fmt::format("  {:<36} {:<10} {:>12} {:>10} {:>8}\n", x.value("layer", "") + " " + x.value("dtype", ""),
+                       x.value("routing", ""), x.at("measured").value("text", "-"), predicted, dense);
+  }
+  return out;
+}
+
 // Whole layers: the measured layer and step times against the analytical model's.
 std::string layers_section(const std::vector<nlohmann::json>& layers) {
   if (layers.empty()) return "";
@@ -332,6 +355,7 @@ std::string summarize(const nlohmann::json& results) {
   out += paged_section(c);
   out += fp8_cache_section(c);
   out += crossings_section(results, pb);
+  out += moe_crossings_section(results, pb);
   out += int4_section(c);
   out += layers_section(c.layers);
   out += measurement_section(c, pb);

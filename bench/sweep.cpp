@@ -70,7 +70,22 @@ void apply_defaults(SweepConfig& c, const Backend& backend) {
   if (c.dtypes.empty()) c.dtypes = {gpu ? DType::bf16 : DType::fp32};
   if (c.attention_models.empty())
     c.attention_models = gpu && !c.models_given ? std::vector<std::string>{"llama-3.1-8b", "llama-3.1-70b"} : c.models;
+  if (c.moe_models.empty()) {
+    if (c.models_given) {
+      for (const auto& name : c.models)
+        if (load_model(name).experts) c.moe_models.push_back(name);
+    } else {
+      c.moe_models = gpu ? std::vector<std::string>{"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite"}
+                         : std::vector<std::string>{"qwen3-30b-a3b"};
+    }
+  }
   for (const auto& a : OpRegistry::get().axes()) {
+    if (a.text) {
+      auto& w = c.axes.texts[a.key];
+      if (w.empty()) w = gpu ? a.gpu_text : a.cpu_text;
+      if (a.check_text) a.check_text(w);
+      continue;
+    }
     auto& v = c.axes.sizes[a.key];
     if (v.empty()) v = gpu ? a.gpu_default : a.cpu_default;
     if (a.check) a.check(v);
@@ -116,6 +131,8 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
   std::vector<std::string> all_models = c.models;
   for (const auto& a : c.attention_models)
     if (!listed(all_models, a)) all_models.push_back(a);
+  for (const auto& a : c.moe_models)
+    if (!listed(all_models, a)) all_models.push_back(a);
   for (const auto& name : all_models) {
     const ModelConfig m = load_model(name);
     scope.model = &m;
@@ -124,6 +141,7 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
       for (const auto& g : reg.groups()) {
         const bool for_model = g.models == SweepGroup::Models::linear      ? listed(c.models, name)
                                : g.models == SweepGroup::Models::attention ? listed(c.attention_models, name)
+                               : g.models == SweepGroup::Models::moe       ? listed(c.moe_models, name) && m.experts > 0
                                                                            : false;
         // Our attention kernels are grouped-query attention: an MLA model (DeepSeek)
         // has no attention points, its projections still run.

@@ -20,6 +20,10 @@ struct SweepConfig {
   // empty: `models`. On a GPU, with no --model given, Llama-3.1-8B and 70B
   // (4 and 8 query heads per KV head).
   std::vector<std::string> attention_models;
+  // Models the moe group runs for; empty: with --model given, the mixture-of-
+  // experts models among them; else Mixtral-8x7B, Qwen3-30B-A3B and
+  // DeepSeek-V2-Lite on a GPU, Qwen3-30B-A3B on a CPU (the smallest experts).
+  std::vector<std::string> moe_models;
   bool models_given = false;  // --model (or PHASEBENCH_MODEL) was set
   std::vector<DType> dtypes;  // empty: the backend's default
   std::set<std::string> groups;  // empty: every group with points

@@ -338,7 +338,7 @@ nlohmann::json to_json(const Estimate& e) {
         {"kv_dtype", to_string(e.in.kv_dtype)},
         {"linear_weights", e.precision.linear.name},
         {"generate", e.in.generate},
-        {"routing", m.routing_zipf == 0 ? std::string("uniform") : fmt::format("zipf:{:g}", m.routing_zipf)},
+        {"routing", m.routing.text()},
         {"tp", e.in.tp},
         {"ceiling_source", to_string(e.in.ceiling)}}},
       {"tensor_parallel", tensor_parallel_json(e)},
@@ -409,7 +409,7 @@ std::string to_text(const Estimate& e) {
     out += fmt::format("  mixture of experts: {} experts of width {}, {} per token{}; routing {}\n", m.experts,
                        m.expert_intermediate, m.experts_per_token,
                        m.shared_intermediate ? fmt::format(", a shared expert of width {}", m.shared_intermediate) : "",
-                       m.routing_zipf == 0 ? std::string("uniform") : fmt::format("zipf:{:g}", m.routing_zipf));
+                       m.routing.text());
   for (const auto& [kind, count] : layer_groups(m))
     if (layer_groups(m).size() > 1 || kind.window || kind.chunk)
       out += fmt::format("  {} layer(s): {} attention, {} MLP\n", count,

@@ -232,38 +232,7 @@ void check_weight_format(const ModelConfig& m, const WeightFormat& f, const std:
 }
 
 double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uint64_t tokens, double zipf) {
-  if (experts == 0) return 0;
-  const double E = static_cast<double>(experts), T = static_cast<double>(tokens), K = static_cast<double>(k);
-  if (zipf == 0) return E * (1.0 - std::pow(1.0 - K / E, T));
-  // Inclusion chances proportional to the popularity, water-filled under 1.
-  std::vector<double> pop(experts), pi(experts, 0.0);
-  for (std::uint64_t i = 0; i < experts; ++i) pop[i] = std::pow(static_cast<double>(i + 1), -zipf);
-  std::vector<bool> full(experts, false);
-  double left = K;
-  for (std::uint64_t round = 0; round < experts && left > 1e-12; ++round) {
-    double mass = 0;
-    for (std::uint64_t i = 0; i < experts; ++i)
-      if (!full[i]) mass += pop[i];
-    bool capped = false;
-    for (std::uint64_t i = 0; i < experts; ++i)
-      if (!full[i] && left * pop[i] / mass >= 1.0) {
-        full[i] = true;
-        pi[i] = 1.0;
-        capped = true;
-      }
-    if (capped) {
-      left = K;
-      for (std::uint64_t i = 0; i < experts; ++i)
-        if (full[i]) left -= 1.0;
-      continue;
-    }
-    for (std::uint64_t i = 0; i < experts; ++i)
-      if (!full[i]) pi[i] = left * pop[i] / mass;
-    break;
-  }
-  double touched = 0;
-  for (double p : pi) touched += 1.0 - std::pow(1.0 - p, T);
-  return touched;
+  return expected_experts_touched(experts, k, tokens, Routing{zipf == 0 ? Routing::Kind::uniform : Routing::Kind::zipf, zipf});
 }
 
 ModelConfig tensor_parallel_shard(const ModelConfig& m, std::uint64_t tp) {
@@ -296,20 +265,6 @@ ModelConfig tensor_parallel_shard(const ModelConfig& m, std::uint64_t tp) {
   return s;
 }
 
-double parse_routing(const std::string& text) {
-  if (text == "uniform") return 0;
-  if (text.rfind("zipf:", 0) == 0) {
-    try {
-      std::size_t used = 0;
-      const double s = std::stod(text.substr(5), &used);
-      if (used == text.size() - 5 && s >= 0 && s <= 10) return s;
-    } catch (const std::exception&) {
-    }
-  }
-  throw InputError("--routing " + quote_value(text) +
-                   ": use uniform, or zipf:S for expert popularity proportional to 1/rank^S (S from 0 to 10, e.g. zipf:1)");
-}
-
 std::string_view to_string(Phase p) { return p == Phase::prefill ? "prefill" : "decode"; }
 
 namespace {
@@ -335,18 +290,22 @@ LayerOp make_all_reduce(std::string name, std::uint64_t payload, std::uint64_t t
 
 // The experts of an MoE layer as grouped GEMMs over `tokens` routed tokens.
 LayerOp make_grouped(std::string name, const ModelConfig& m, std::uint64_t tokens, std::uint64_t N, std::uint64_t K,
-                     const Precision& p) {
+                     const Precision& p, const OpCost& cost) {
   const WeightFormat f = p.format_of(name);
-  const double touched = expected_experts_touched(m.experts, m.experts_per_token, tokens, m.routing_zipf);
   LayerOp op{std::move(name), "grouped_linear",
-             Shape{{"tokens", tokens}, {"k", m.experts_per_token}, {"E", m.experts}, {"N", N}, {"K", K}},
-             grouped_linear_cost(tokens, m.experts_per_token, N, K, touched, f, p.a, p.a)};
+             Shape{{"tokens", tokens}, {"k", m.experts_per_token}, {"E", m.experts}, {"N", N}, {"K", K}}, cost};
   op.compute = f.compute;
   op.weights = f.name;
   return op;
 }
 
 }  // namespace
+
+MoeCost moe_layer_cost(const ModelConfig& m, std::uint64_t tokens, const Precision& p) {
+  const MoeShape s{tokens, m.experts_per_token, m.experts, m.hidden, m.expert_intermediate};
+  const double touched = expected_experts_touched(m.experts, m.experts_per_token, tokens, m.routing);
+  return moe_experts_cost(s, touched, p.format_of("experts_gate_up"), p.format_of("experts_down"), p.a);
+}
 
 std::vector<LayerOp> linear_ops(const ModelConfig& m, std::uint64_t M, const Precision& p, bool moe) {
   const auto h = m.hidden, D = m.head_dim;
@@ -378,11 +337,15 @@ void add_mlp_ops(std::vector<LayerOp>& ops, const ModelConfig& m, std::uint64_t 
     ops.push_back(make_linear("down_proj", M, h, m.intermediate, p));
     return;
   }
-  const auto I = m.expert_intermediate, routed = mul(M, m.experts_per_token, "routed tokens");
+  // The routed experts: the MoE benchmark's five steps with its costs (moe_experts_cost).
+  const auto I = m.expert_intermediate;
   ops.push_back(make_linear("router", M, m.experts, h, p));
-  ops.push_back(make_grouped("experts_gate_up", m, M, 2 * I, h, p));
-  ops.push_back(make_elementwise("experts_act_mul", gated_activation_cost(routed, I, p.a)));
-  ops.push_back(make_grouped("experts_down", m, M, h, I, p));
+  const auto experts = moe_layer_cost(m, M, p);
+  ops.push_back(make_elementwise("experts_permute", experts.permute));
+  ops.push_back(make_grouped("experts_gate_up", m, M, 2 * I, h, p, experts.gate_up));
+  ops.push_back(make_elementwise("experts_act_mul", experts.act));
+  ops.push_back(make_grouped("experts_down", m, M, h, I, p, experts.down));
+  ops.push_back(make_elementwise("experts_combine", experts.combine));
   if (m.shared_intermediate) {
     ops.push_back(make_linear("shared_gate_up", M, 2 * m.shared_intermediate, h, p));
     ops.push_back(make_elementwise("shared_act_mul", gated_activation_cost(M, m.shared_intermediate, p.a)));

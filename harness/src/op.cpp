@@ -73,6 +73,12 @@ std::uint64_t AxisValues::one(const std::string& key) const {
   return v.front();
 }
 
+const std::vector<std::string>& AxisValues::text(const std::string& key) const {
+  auto it = texts.find(key);
+  if (it == texts.end()) throw std::logic_error("sweep axis '" + key + "' has no words");
+  return it->second;
+}
+
 Point make_point(const std::string& phase, const std::string& op, const std::string& model, const std::string& target,
                  const std::string& subject, OpRequest request, const std::vector<PointArg>& args, bool name_impl) {
   Point p;
@@ -82,6 +88,11 @@ Point make_point(const std::string& phase, const std::string& op, const std::str
   p.target = target;
   p.name = phase + "/" + op + "/" + subject + "/" + std::string(to_string(request.dtype));
   for (const auto& a : args) {
+    if (!a.text.empty()) {
+      p.text_args[a.key] = a.text;
+      if (!a.label.empty()) p.name += "/" + a.label + ":" + a.text;
+      continue;
+    }
     p.args[a.key] = a.value;
     if (!a.label.empty()) p.name += "/" + a.label + ":" + std::to_string(a.value);
   }

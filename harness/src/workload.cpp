@@ -73,6 +73,31 @@ OpCost grouped_linear_cost(std::uint64_t tokens, std::uint64_t k, std::uint64_t 
   return c;
 }
 
+OpCost MoeCost::total() const {
+  OpCost t = permute;
+  t += gate_up;
+  t += act;
+  t += down;
+  t += combine;
+  return t;
+}
+
+MoeCost moe_experts_cost(const MoeShape& s, double touched, const WeightFormat& w_gate_up, const WeightFormat& w_down,
+                         std::uint64_t a) {
+  MoeCost c;
+  const auto rows = mul(s.T, s.k, "routed tokens");
+  c.permute.bytes.activations = mul({a, s.T, s.h}, "MoE input bytes");
+  c.permute.bytes.block_table = mul(4, rows, "MoE gather map bytes");
+  c.permute.bytes.writes = mul({a, rows, s.h}, "MoE permuted input bytes");
+  c.gate_up = grouped_linear_cost(s.T, s.k, mul(2, s.I, "MoE gate_up rows"), s.h, touched, w_gate_up, a, a);
+  c.act = gated_activation_cost(rows, s.I, a);
+  c.down = grouped_linear_cost(s.T, s.k, s.h, s.I, touched, w_down, a, a);
+  c.combine.bytes.activations = add(mul({a, rows, s.h}, "MoE expert output bytes"), mul(4, rows, "MoE combine weight bytes"));
+  c.combine.bytes.block_table = mul(4, rows, "MoE combine map bytes");
+  c.combine.bytes.writes = mul({a, s.T, s.h}, "MoE output bytes");
+  return c;
+}
+
 std::optional<std::uint64_t> linear_batch_at_intensity(std::uint64_t N, std::uint64_t K, DType t, double ridge) {
   const auto e = element_bytes(t), out = element_bytes(linear_output_type(t));
   // Intensity grows with M (toward 2NK / (a_in K + a_out N)): bisect.

@@ -1011,6 +1011,135 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   return enqueue_gemm(std::move(g), handle->stream);
 }
 
+// Grouped batched GEMM (cuBLAS 12.5+): group i has its own transa/transb, m, n, k,
+// alpha, lda, ldb, beta, ldc (host arrays of group_count), and group_size[i]
+// problems; Aarray/Barray/Carray are device arrays of sum(group_size) device
+// pointers, read when the work runs (stream order: uploaded before, they count).
+// Types as the library takes them: A, B and C of one type, 16F, 16BF or 32F, with
+// CUBLAS_COMPUTE_32F (32F also with _FAST_TF32). alpha/beta host floats only.
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t handle, const cublasOperation_t transa_array[],
+                                          const cublasOperation_t transb_array[], const int m_array[], const int n_array[],
+                                          const int k_array[], const void* alpha_array, const void* const Aarray[],
+                                          cudaDataType_t Atype, const int lda_array[], const void* const Barray[],
+                                          cudaDataType_t Btype, const int ldb_array[], const void* beta_array,
+                                          void* const Carray[], cudaDataType_t Ctype, const int ldc_array[],
+                                          int group_count, const int group_size[], cublasComputeType_t computeType) {
+  const char* call = "cublasGemmGroupedBatchedEx";
+  if (cublasStatus_t s = check_blas_handle(handle, call); s != CUBLAS_STATUS_SUCCESS) return s;
+  if (group_count < 0)
+    return fail(CUBLAS_STATUS_INVALID_VALUE, call, "group_count = " + std::to_string(group_count) + " is negative");
+  if (group_count == 0) return CUBLAS_STATUS_SUCCESS;  // nothing to do
+  const std::pair<const void*, const char*> host_arrays[] = {
+      {transa_array, "transa_array"}, {transb_array, "transb_array"}, {m_array, "m_array"},
+      {n_array, "n_array"},           {k_array, "k_array"},           {lda_array, "lda_array"},
+      {ldb_array, "ldb_array"},       {ldc_array, "ldc_array"},       {group_size, "group_size"},
+      {alpha_array, "alpha_array"},   {beta_array, "beta_array"}};
+  for (auto [p, what] : host_arrays)
+    if (!p) return fail(CUBLAS_STATUS_INVALID_VALUE, call, std::string(what) + " is null");
+  if (handle->pointer_mode != CUBLAS_POINTER_MODE_HOST)
+    return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
+                "alpha_array and beta_array in device memory (CUBLAS_POINTER_MODE_DEVICE) are not emulated; use the "
+                "host pointer mode");
+  for (auto [p, what] : {std::pair<const void*, const char*>{alpha_array, "alpha_array"}, {beta_array, "beta_array"}})
+    if (auto why = host_scalar_problem(p, what); !why.empty()) return fail(CUBLAS_STATUS_INVALID_VALUE, call, why);
+  if (auto why = type_problem(computeType, Atype, Btype, Ctype, Ctype, false); !why.empty())
+    return fail(CUBLAS_STATUS_NOT_SUPPORTED, call, why);
+  if (Atype != Btype || Atype != Ctype)
+    return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
+                "A " + type_str(Atype) + ", B " + type_str(Btype) + ", C " + type_str(Ctype) +
+                    ": the grouped GEMM takes A, B and C of one type (16F, 16BF or 32F)");
+  Rounding rounding;
+  compute_rounding(computeType, rounding);
+  const unsigned math = static_cast<unsigned>(handle->math_mode) & 0xfu;
+  if (computeType == CUBLAS_COMPUTE_32F && math == CUBLAS_TF32_TENSOR_OP_MATH && Atype == CUDA_R_32F)
+    rounding = Rounding::tf32;
+  // Each group's problem, checked as cublasGemmStridedBatchedEx checks one.
+  std::vector<Gemm> groups(static_cast<std::size_t>(group_count));
+  std::int64_t problems = 0;
+  for (int i = 0; i < group_count; ++i) {
+    const std::string g = "group " + std::to_string(i) + ": ";
+    const auto ta_op = transa_array[i], tb_op = transb_array[i];
+    const int m = m_array[i], n = n_array[i], k = k_array[i], lda = lda_array[i], ldb = ldb_array[i], ldc = ldc_array[i];
+    if (!valid_op(ta_op) || !valid_op(tb_op))
+      return fail(CUBLAS_STATUS_INVALID_VALUE, call,
+                  g + "transa " + std::to_string(ta_op) + " / transb " + std::to_string(tb_op) +
+                      ": use CUBLAS_OP_N, _T or _C");
+    if (m < 0 || n < 0 || k < 0 || group_size[i] < 0)
+      return fail(CUBLAS_STATUS_INVALID_VALUE, call,
+                  g + "m = " + std::to_string(m) + ", n = " + std::to_string(n) + ", k = " + std::to_string(k) +
+                      ", group_size = " + std::to_string(group_size[i]) + ": none may be negative");
+    const bool ta = ta_op != CUBLAS_OP_N, tb = tb_op != CUBLAS_OP_N;
+    const int a_rows = ta ? k : m, b_rows = tb ? n : k;
+    if (lda < std::max(1, a_rows))
+      return fail(CUBLAS_STATUS_INVALID_VALUE, call,
+                  g + "lda = " + std::to_string(lda) + " is less than max(1, " + (ta ? "k" : "m") + " = " +
+                      std::to_string(a_rows) + ") (transa = " + op_str(ta_op) + ")");
+    if (ldb < std::max(1, b_rows))
+      return fail(CUBLAS_STATUS_INVALID_VALUE, call,
+                  g + "ldb = " + std::to_string(ldb) + " is less than max(1, " + (tb ? "n" : "k") + " = " +
+                      std::to_string(b_rows) + ") (transb = " + op_str(tb_op) + ")");
+    if (ldc < std::max(1, m))
+      return fail(CUBLAS_STATUS_INVALID_VALUE, call,
+                  g + "ldc = " + std::to_string(ldc) + " is less than max(1, m = " + std::to_string(m) + ")");
+    Gemm& G = groups[static_cast<std::size_t>(i)];
+    G.call = call;
+    G.ta = ta;
+    G.tb = tb;
+    G.m = m;
+    G.n = n;
+    G.k = k;
+    G.batch = group_size[i];  // the pointers are filled in when the work runs
+    G.rounding = rounding;
+    G.alpha = static_cast<const float*>(alpha_array)[i];
+    G.beta = static_cast<const float*>(beta_array)[i];
+    G.a = Operand{nullptr, Atype, ta ? k : m, ta ? m : k, lda, 0};
+    G.b = Operand{nullptr, Btype, tb ? n : k, tb ? k : n, ldb, 0};
+    G.c = Operand{nullptr, Ctype, m, n, ldc, 0};
+    problems += group_size[i];
+  }
+  if (problems == 0) return CUBLAS_STATUS_SUCCESS;
+  const auto ptr_bytes = static_cast<std::size_t>(problems) * sizeof(void*);
+  for (auto [p, what] : {std::pair<const void*, const char*>{Aarray, "Aarray"}, {Barray, "Barray"}, {Carray, "Carray"}})
+    if (auto why = range_problem(p, ptr_bytes, what); !why.empty())
+      return fail(CUBLAS_STATUS_INVALID_VALUE, call,
+                  why + " (a device array of the " + std::to_string(problems) + " problems' pointers)");
+  // The work: the pointer arrays are read when it runs, then every problem is one GEMM.
+  struct Job {
+    std::vector<Gemm> groups;
+    const void* const* A;
+    const void* const* B;
+    void* const* C;
+  };
+  auto job = std::make_shared<const Job>(Job{std::move(groups), Aarray, Barray, Carray});
+  pb_emu::Op op;
+  op.what = call;
+  op.run = [job]() -> cudaError_t {
+    std::size_t count = 0;
+    for (const auto& g : job->groups) count += static_cast<std::size_t>(g.batch);
+    for (auto [p, what] : {std::pair<const void*, const char*>{job->A, "Aarray"}, {job->B, "Barray"}, {job->C, "Carray"}})
+      if (auto why = range_problem(p, count * sizeof(void*), what); !why.empty())
+        return pb_emu::api_error(cudaErrorIllegalAddress, std::string("pb_emu: cublasGemmGroupedBatchedEx (running on its stream): ") + why);
+    std::size_t next = 0;
+    for (std::size_t gi = 0; gi < job->groups.size(); ++gi)
+      for (std::int64_t j = 0; j < job->groups[gi].batch; ++j, ++next) {
+        Gemm g = job->groups[gi];
+        g.batch = 1;
+        g.call = "cublasGemmGroupedBatchedEx (group " + std::to_string(gi) + ", problem " + std::to_string(next) + ")";
+        g.a.ptr = job->A[next];
+        g.b.ptr = job->B[next];
+        g.c.ptr = job->C[next];
+        g.d = g.c;
+        if (cudaError_t e = run_gemm(g); e != cudaSuccess) return e;
+      }
+    return cudaSuccess;
+  };
+  op.capturable = true;
+  if (cudaError_t e = pb_emu::enqueue(handle->stream, std::move(op)); e != cudaSuccess)
+    return fail(CUBLAS_STATUS_EXECUTION_FAILED, call,
+                std::string("the stream did not take the work: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 // ---- cuBLASLt ------------------------------------------------------------------------------
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* lightHandle) {

@@ -859,6 +859,182 @@ TEST(EmuCublasGemmEx, StatusStringIsTheLastFailuresMessage) {
   EXPECT_STREQ(cublasLtGetStatusString(CUBLAS_STATUS_INVALID_VALUE), cublasGetStatusString(CUBLAS_STATUS_INVALID_VALUE));
 }
 
+// ---- grouped batched GEMM ---------------------------------------------------------------
+
+// Groups of different shapes, transposes, leading dimensions, alpha and beta, and
+// sizes (2, 1 and 0 problems), every problem its own matrices; small integers, so
+// every result is exact. The pointer arrays are device memory, as the library requires.
+struct GroupedCase {
+  struct Group {
+    cublasOperation_t ta, tb;
+    int m, n, k, size;
+    float alpha, beta;
+  };
+  std::vector<Group> groups;
+  cudaDataType type;
+  std::vector<std::unique_ptr<Stored>> A, B, C;
+  std::vector<std::unique_ptr<Dev>> a, b, c;
+  std::vector<cublasOperation_t> ta, tb;
+  std::vector<int> m, n, k, lda, ldb, ldc, size;
+  std::vector<float> alpha, beta;
+  std::unique_ptr<Dev> ptrs;
+  int problems = 0;
+  static constexpr int kAllGroups = -1000;  // call(): pass group_count = the number of groups
+
+  GroupedCase(cudaDataType t, std::vector<Group> g) : groups(std::move(g)), type(t) {
+    std::vector<const void*> pa, pb, pc;
+    int seed = 0;
+    for (const auto& x : groups) {
+      const bool tA = x.ta != CUBLAS_OP_N, tB = x.tb != CUBLAS_OP_N;
+      const int ar = tA ? x.k : x.m, ac = tA ? x.m : x.k, br = tB ? x.n : x.k, bc = tB ? x.k : x.n;
+      ta.push_back(x.ta);
+      tb.push_back(x.tb);
+      m.push_back(x.m);
+      n.push_back(x.n);
+      k.push_back(x.k);
+      lda.push_back(ar + 1);
+      ldb.push_back(br + 2);
+      ldc.push_back(x.m + 3);
+      size.push_back(x.size);
+      alpha.push_back(x.alpha);
+      beta.push_back(x.beta);
+      for (int j = 0; j < x.size; ++j, ++problems) {
+        A.push_back(std::make_unique<Stored>(t, ar, ac, ar + 1));
+        B.push_back(std::make_unique<Stored>(t, br, bc, br + 2));
+        C.push_back(std::make_unique<Stored>(t, x.m, x.n, x.m + 3));
+        A.back()->fill(200 + seed, true);
+        B.back()->fill(300 + seed, true);
+        C.back()->fill(400 + seed++, true);
+        a.push_back(std::make_unique<Dev>(*A.back(), NAN));
+        b.push_back(std::make_unique<Dev>(*B.back(), NAN));
+        c.push_back(std::make_unique<Dev>(*C.back(), 777.0f));
+        pa.push_back(a.back()->p);
+        pb.push_back(b.back()->p);
+        pc.push_back(c.back()->p);
+      }
+    }
+    std::vector<const void*> all(pa);
+    all.insert(all.end(), pb.begin(), pb.end());
+    all.insert(all.end(), pc.begin(), pc.end());
+    ptrs = std::make_unique<Dev>(all.size() * sizeof(void*));
+    std::vector<unsigned char> bytes(all.size() * sizeof(void*));
+    std::memcpy(bytes.data(), all.data(), bytes.size());
+    ptrs->upload(bytes);
+  }
+  void* const* arrays() const { return static_cast<void* const*>(ptrs->p); }
+  cublasStatus_t call(cublasHandle_t h, cublasComputeType_t compute = CUBLAS_COMPUTE_32F, cudaDataType ctype = CUDA_R_32F,
+                      int count = kAllGroups, void* const* A_arr = nullptr) {
+    const auto* p = arrays();
+    return cublasGemmGroupedBatchedEx(h, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(),
+                                      A_arr ? A_arr : p, type, lda.data(), p + problems, type, ldb.data(), beta.data(),
+                                      p + 2 * problems, ctype == CUDA_R_32F ? type : ctype, ldc.data(),
+                                      count == kAllGroups ? static_cast<int>(groups.size()) : count, size.data(), compute);
+  }
+  void check() const {
+    int problem = 0, bad = 0;
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      for (int j = 0; j < groups[g].size; ++j, ++problem) {
+        const auto& x = groups[g];
+        const auto ref = reference(*A[problem], x.ta != CUBLAS_OP_N, *B[problem], x.tb != CUBLAS_OP_N, C[problem].get(),
+                                   x.alpha, x.beta, x.m, x.n, x.k, 1);
+        const auto got = c[problem]->download();
+        for (int col = 0; col < x.n; ++col)
+          for (int row = 0; row < x.m; ++row) {
+            const float want = quantize(static_cast<float>(ref[static_cast<std::size_t>(col * x.m + row)]), type);
+            const float v = C[problem]->read(got.data(), 0, row, col);
+            if (v != want && ++bad <= 5)
+              ADD_FAILURE() << "group " << g << " problem " << problem << " C(" << row << "," << col << ") = " << v
+                            << ", want " << want;
+          }
+      }
+    EXPECT_EQ(bad, 0);
+  }
+};
+
+std::vector<GroupedCase::Group> three_groups() {
+  return {{CUBLAS_OP_T, CUBLAS_OP_N, 5, 3, 7, 2, 1.0f, 0.0f},
+          {CUBLAS_OP_N, CUBLAS_OP_T, 4, 6, 2, 1, 2.0f, -1.0f},
+          {CUBLAS_OP_T, CUBLAS_OP_N, 3, 3, 3, 0, 1.0f, 0.0f}};
+}
+
+TEST(EmuCublasGrouped, EveryGroupItsOwnShapeTransposeAndScalars) {
+  for (cudaDataType t : {CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F}) {
+    SCOPED_TRACE(t);
+    GroupedCase g(t, three_groups());
+    BlasHandle h;
+    const cublasStatus_t st = g.call(h.h);
+    ASSERT_EQ(st, CUBLAS_STATUS_SUCCESS) << last_message(st);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    g.check();
+  }
+}
+
+TEST(EmuCublasGrouped, ArgumentRules) {
+  BlasHandle h;
+  GroupedCase g(CUDA_R_16BF, three_groups());
+  auto expect = [&](cublasStatus_t got, cublasStatus_t want, const char* says) {
+    EXPECT_EQ(got, want) << says;
+    const std::string msg = last_message(want);
+    EXPECT_EQ(msg.rfind("pb_emu: cublasGemmGroupedBatchedEx: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(says), std::string::npos) << msg;
+  };
+  expect(g.call(h.h, CUBLAS_COMPUTE_32F, CUDA_R_32F, -1 - 1), CUBLAS_STATUS_INVALID_VALUE, "group_count = -2 is negative");
+  EXPECT_EQ(g.call(h.h, CUBLAS_COMPUTE_32F, CUDA_R_32F, 0), CUBLAS_STATUS_SUCCESS);  // no groups: nothing to do
+  g.lda[1] = 3;  // group 1: A is m x k = 4 x 2, ld 3 < 4
+  expect(g.call(h.h), CUBLAS_STATUS_INVALID_VALUE, "group 1: lda = 3 is less than max(1, m = 4)");
+  g.lda[1] = 5;
+  g.size[2] = -1;
+  expect(g.call(h.h), CUBLAS_STATUS_INVALID_VALUE, "group 2: m = 3, n = 3, k = 3, group_size = -1: none may be negative");
+  g.size[2] = 0;
+  g.ta[0] = static_cast<cublasOperation_t>(9);
+  expect(g.call(h.h), CUBLAS_STATUS_INVALID_VALUE, "group 0: transa 9");
+  g.ta[0] = CUBLAS_OP_T;
+  // A, B and C of one type; compute types beyond 32F are not emulated.
+  expect(g.call(h.h, CUBLAS_COMPUTE_32F, CUDA_R_16F), CUBLAS_STATUS_NOT_SUPPORTED, "C CUDA_R_16F");
+  expect(g.call(h.h, CUBLAS_COMPUTE_16F), CUBLAS_STATUS_NOT_SUPPORTED, "is not emulated");
+  // The pointer arrays must be device memory.
+  std::vector<void*> host_ptrs(3, g.a[0]->p);
+  expect(g.call(h.h, CUBLAS_COMPUTE_32F, CUDA_R_32F, GroupedCase::kAllGroups, host_ptrs.data()), CUBLAS_STATUS_INVALID_VALUE, "Aarray");
+  // Null host arrays; device pointer mode is not emulated.
+  EXPECT_EQ(cublasGemmGroupedBatchedEx(h.h, nullptr, g.tb.data(), g.m.data(), g.n.data(), g.k.data(), g.alpha.data(),
+                                       g.arrays(), CUDA_R_16BF, g.lda.data(), g.arrays() + 3, CUDA_R_16BF,
+                                       g.ldb.data(), g.beta.data(), g.arrays() + 6, CUDA_R_16BF, g.ldc.data(), 3,
+                                       g.size.data(), CUBLAS_COMPUTE_32F),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("transa_array is null"), std::string::npos);
+  ASSERT_EQ(cublasSetPointerMode(h.h, CUBLAS_POINTER_MODE_DEVICE), CUBLAS_STATUS_SUCCESS);
+  expect(g.call(h.h), CUBLAS_STATUS_NOT_SUPPORTED, "CUBLAS_POINTER_MODE_DEVICE");
+  ASSERT_EQ(cublasSetPointerMode(h.h, CUBLAS_POINTER_MODE_HOST), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasGemmGroupedBatchedEx(nullptr, g.ta.data(), g.tb.data(), g.m.data(), g.n.data(), g.k.data(),
+                                       g.alpha.data(), g.arrays(), CUDA_R_16BF, g.lda.data(), g.arrays() + 3,
+                                       CUDA_R_16BF, g.ldb.data(), g.beta.data(), g.arrays() + 6, CUDA_R_16BF,
+                                       g.ldc.data(), 3, g.size.data(), CUBLAS_COMPUTE_32F),
+            CUBLAS_STATUS_NOT_INITIALIZED);
+  // After all the refusals the valid call still runs, and nothing was written before.
+  ASSERT_EQ(g.call(h.h), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  g.check();
+}
+
+// A problem's matrix running past its allocation is an illegal address when the
+// work runs (the pointers are only read then). Sticky, hence the child process.
+TEST(EmuCublasGroupedDeathTest, AProblemPastItsAllocationFailsWhenItRuns) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        BlasHandle h;
+        GroupedCase g(CUDA_R_32F, three_groups());
+        g.k[0] = 8;  // group 0's A (k x m) now needs one more row than allocated
+        g.lda[0] = 9;
+        g.ldb[0] = 10;
+        if (g.call(h.h) != CUBLAS_STATUS_SUCCESS) std::exit(2);
+        const cudaError_t e = cudaDeviceSynchronize();
+        std::fprintf(stderr, "%s: %s\n", cudaGetErrorName(e), cudaGetErrorString(e));
+        std::exit(e == cudaErrorIllegalAddress ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "cublasGemmGroupedBatchedEx \\(group 0, problem 0\\) \\(running on its stream\\): A");
+}
+
 // ---- handles ------------------------------------------------------------------------------
 
 TEST(EmuCublasHandles, VersionsNamesAndWorkspace) {

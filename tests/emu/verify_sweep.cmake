@@ -2,7 +2,8 @@
 # `run --backend=cuda --verify-only` over every op group on a tiny model (prefill
 # linear through cuBLASLt, decode GEMV own and cuBLASLt rows, decode attention
 # contiguous, paged and split-KV, KV append, prefill attention flash and cuBLAS,
-# whole layers in prefill and decode, a free-form shape); every point must be
+# whole layers in prefill and decode, a free-form shape; then the MoE experts on
+# a tiny mixture of experts); every point must be
 # prepared and verified (none wrong, none skipped), and timing must be refused.
 # Run by CTest: cmake -DPHASEBENCH_EMU_BINARY=... -DMODEL=... -P verify_sweep.cmake
 execute_process(
@@ -32,6 +33,27 @@ foreach(want
     "ok +prefill/layer/"
     "ok +decode/layer/"
     "ok +free/linear/5x40x72/.*impl:own")
+  if(NOT out MATCHES "${want}")
+    message(FATAL_ERROR "no verified point matches '${want}'")
+  endif()
+endforeach()
+# The MoE experts (cuBLAS's grouped GEMM) on a tiny mixture of experts, every
+# routing and 16-bit type, decode and prefill.
+execute_process(
+  COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --verify-only --model ${MOE_MODEL} --dtype bf16,fp16 --ops moe
+          --moe-decode-batches 1,3,16 --moe-prompts 17 --routing uniform,zipf:1.5,hot:0.5
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "phasebench-emu --verify-only --ops moe exited with ${rc}")
+endif()
+if(out MATCHES "WRONG|ERROR|skipped ")
+  message(FATAL_ERROR "a MoE point was wrong, failed or was skipped")
+endif()
+foreach(want
+    "ok +decode/moe/tiny-moe.experts/bf16/batch:1/routing:uniform/impl:blas"
+    "ok +decode/moe/tiny-moe.experts/fp16/batch:16/routing:hot:0.5/impl:blas"
+    "ok +prefill/moe/tiny-moe.experts/bf16/prompt:17/routing:zipf:1.5/impl:blas")
   if(NOT out MATCHES "${want}")
     message(FATAL_ERROR "no verified point matches '${want}'")
   endif()

@@ -105,6 +105,9 @@ TEST(Cli, RunBadInputs) {
            {"run --backend=cpu --max-time -1", "--max-time takes seconds above 0, got '-1'"},
            {"run --backend=cpu --energy-window 1s", "--energy-window takes seconds (0: no energy), got '1s'"},
            {"run --backend=cpu --max-noise 1% --benchmark_min_time=0.1", "choose two different stopping rules"},
+           {"run --backend=cpu --ops moe --routing zipf:x", "--routing 'zipf:x': use uniform, or zipf:S"},
+           {"run --backend=cpu --ops moe --routing uniform,,hot:0.5", "--routing: an empty item in 'uniform,,hot:0.5'"},
+           {"run --backend=cpu --ops moe --routing hot:2", "hot:F for a fraction F of the tokens"},
        }) {
     const auto r = run(c.args);
     EXPECT_NE(r.status, 0) << c.args;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "bench_test_util.hpp"
 #include "fixture.hpp"
@@ -186,17 +187,27 @@ TEST(GpuSweepDefaults, AttentionAlsoForLlama70BUnlessModelsAreGiven) {
   EXPECT_EQ(ops_70b["decode/attention_paged"], attention_8b);
   EXPECT_GT(ops_70b["prefill/attention"], 0);
   EXPECT_EQ(ops_70b.size(), 3u);
+  // The moe group: its three MoE models, nothing else of theirs.
+  std::set<std::string> moe_models;
+  for (const auto& p : build_sweep(c, fake))
+    if (p.op == "moe") {
+      moe_models.insert(p.model);
+    } else {
+      EXPECT_TRUE(p.model == "llama-3.1-8b" || p.model == "llama-3.1-70b") << p.name;
+    }
+  EXPECT_EQ(moe_models, (std::set<std::string>{"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite"}));
   // --model given: exactly those models, for every group.
   SweepConfig given;
   given.models = {"llama-3.1-8b"};
   given.models_given = true;
   apply_defaults(given, fake);
   for (const auto& p : build_sweep(given, fake)) EXPECT_EQ(p.model, "llama-3.1-8b") << p.name;
-  // The CPU backend keeps to `models`.
+  // The CPU backend keeps to `models`, but for the moe group's MoE model.
   auto cpu = make_cpu_backend();
   SweepConfig on_cpu;
   apply_defaults(on_cpu, *cpu);
-  for (const auto& p : build_sweep(on_cpu, *cpu)) EXPECT_EQ(p.model, "llama-3.1-8b") << p.name;
+  for (const auto& p : build_sweep(on_cpu, *cpu))
+    EXPECT_EQ(p.model, p.op == "moe" ? "qwen3-30b-a3b" : "llama-3.1-8b") << p.name;
 }
 
 TEST(LayerResults, MeasuredAndPredictedStepTimes) {

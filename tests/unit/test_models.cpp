@@ -233,9 +233,12 @@ TEST(Models, SkewedRoutingTouchesFewerExperts) {
   EXPECT_LT(expected_experts_touched(128, 8, 16, 10.0), 11.0);
   // Two experts of which one gets the cap: the other gets the rest (pi = 1, 1).
   EXPECT_NEAR(expected_experts_touched(2, 2, 5, 2.0), 2.0, 1e-12);
-  EXPECT_EQ(parse_routing("uniform"), 0.0);
-  EXPECT_EQ(parse_routing("zipf:1.5"), 1.5);
-  for (const char* bad : {"zipf", "zipf:", "zipf:-1", "zipf:1x", "skewed", "zipf:99"})
+  EXPECT_EQ(parse_routing("uniform"), Routing{});
+  EXPECT_EQ(parse_routing("zipf:1.5"), (Routing{Routing::Kind::zipf, 1.5}));
+  EXPECT_EQ(parse_routing("hot:0.5"), (Routing{Routing::Kind::hot, 0.5}));
+  EXPECT_EQ(parse_routing("hot:0.5").text(), "hot:0.5");
+  for (const char* bad : {"zipf", "zipf:", "zipf:-1", "zipf:1x", "skewed", "zipf:99", "hot:", "hot:1.5", "hot:-0.1",
+                          "hot:nan", "zipf:inf"})
     EXPECT_THROW(parse_routing(bad), InputError) << bad;
   // The decode step reads fewer expert bytes under a skew.
   auto q = load_model("qwen3-30b-a3b");
@@ -247,7 +250,7 @@ TEST(Models, SkewedRoutingTouchesFewerExperts) {
     return b;
   };
   const auto even = expert_bytes();
-  q.routing_zipf = 1.0;
+  q.routing = Routing{Routing::Kind::zipf, 1.0};
   EXPECT_LT(expert_bytes(), even * 3 / 4);
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "phasebench/dtype.hpp"
+#include "phasebench/routing.hpp"
 #include "phasebench/workload.hpp"
 
 namespace phasebench {
@@ -66,9 +67,8 @@ struct ModelConfig {
   std::uint64_t mtp_layers = 0;  // DeepSeek-V3's multi-token-prediction layers: not part of the model counted
   bool router_bias = false, expert_bias = false;
   bool router_bias_fp32 = false;  // DeepSeek-V3 stores its e_score_correction_bias in fp32
-  // How tokens pick experts (not from the config: `phasebench model --routing`):
-  // expert popularity proportional to 1/rank^routing_zipf (0: uniform).
-  double routing_zipf = 0;
+  // How tokens pick experts (not from the config: `phasebench model --routing`; routing.hpp).
+  Routing routing;
   // Tensor parallel degree of the shard this config describes (tensor_parallel_shard).
   std::uint64_t tp = 1;
   // Weights as the checkpoint's quantization_config stores them (none: plain),
@@ -153,6 +153,11 @@ std::vector<LayerOp> step_ops(const ModelConfig& m, const StepShape& step, const
 // projections (its dense MLP unless `moe`) and lm_head.
 std::vector<LayerOp> linear_ops(const ModelConfig& m, std::uint64_t M, const Precision& p, bool moe = false);
 
+// The routed experts of one MoE layer of `m` over `tokens` tokens (its experts'
+// shape, m.routing's expected experts touched, the weight formats of p): the
+// costs the analytical model's experts_* ops carry and the MoE benchmark counts.
+MoeCost moe_layer_cost(const ModelConfig& m, std::uint64_t tokens, const Precision& p);
+
 // The weights one layer holds for inference, as engines store them (qkv and
 // gate_up fused; all experts of a kind as one E*rows x cols matrix): elements
 // rows x cols (a norm's scale: 1 x h). The one list the whole-layer benchmark
@@ -167,10 +172,7 @@ struct LayerWeight {
 std::vector<LayerWeight> layer_weights(const ModelConfig& m, const LayerKind& kind = {});
 
 // Expected number of distinct experts that `tokens` tokens touch when each picks
-// `k` of `experts`: sum over experts of 1 - (1 - pi_i)^T, where pi_i is the chance
-// a token picks expert i. Uniform routing (zipf 0): pi_i = k/E, which gives
-// E * (1 - (1 - k/E)^T). Skewed (zipf s > 0): pi_i proportional to 1/i^s, capped
-// at 1 with the excess spread over the others so that the pi_i sum to k.
+// `k` of `experts` (routing.hpp): zipf 0 is uniform routing, E * (1 - (1 - k/E)^T).
 double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uint64_t tokens, double zipf = 0);
 // One GPU's part of the model under `tp`-way tensor parallelism as Megatron-LM
 // and vLLM shard it: attention heads split (KV heads too, or one replicated per
@@ -181,8 +183,5 @@ double expected_experts_touched(std::uint64_t experts, std::uint64_t k, std::uin
 // in every layer, one after the embedding and an all-gather of the logits.
 // InputError when a width does not divide by tp.
 ModelConfig tensor_parallel_shard(const ModelConfig& m, std::uint64_t tp);
-
-// --routing: "uniform" (0) or "zipf:S" with S >= 0; InputError otherwise.
-double parse_routing(const std::string& text);
 
 }  // namespace phasebench

@@ -73,13 +73,20 @@ struct AxisDecl {
   std::vector<std::uint64_t> gpu_default, cpu_default;
   // Throws InputError for values the operations cannot take (e.g. a page size).
   std::function<void(const std::vector<std::uint64_t>&)> check;
+  // A text axis (names, not sizes: --moe-models, --routing): comma-separated
+  // words with these defaults and this check; `sizes` and `check` unused.
+  bool text = false;
+  std::vector<std::string> gpu_text = {}, cpu_text = {};
+  std::function<void(const std::vector<std::string>&)> check_text = {};
 };
 
 struct AxisValues {
   std::map<std::string, std::vector<std::uint64_t>> sizes;  // key -> values (one for single axes)
   std::vector<LinearShape> shapes;                          // --shape M,N,K (the free group)
+  std::map<std::string, std::vector<std::string>> texts;    // text axes: key -> words
   const std::vector<std::uint64_t>& operator[](const std::string& key) const;  // logic_error when absent
   std::uint64_t one(const std::string& key) const;
+  const std::vector<std::string>& text(const std::string& key) const;  // logic_error when absent
 };
 
 // A point of a sweep: the request, its name and structured args, and its cost
@@ -91,6 +98,7 @@ struct Point {
   std::string model;   // short name, or "custom" for free-form shapes
   std::string target;  // projection name (qkv_proj, ...) or the free shape, else empty
   std::map<std::string, std::uint64_t> args;
+  std::map<std::string, std::string> text_args;  // args that are words (routing), beside the numbers in "args"
   OpRequest request;
   OpCost cost;
   // Why the point cannot be costed (a size that overflows 64 bits), or empty. The
@@ -103,6 +111,7 @@ struct PointArg {
   std::string key;
   std::uint64_t value = 0;
   std::string label;  // in the name as "<label>:<value>"; empty: not in the name
+  std::string text = "";  // non-empty: a word arg ("routing": "zipf:1"), named "<label>:<text>", value unused
 };
 
 // The one place a point's name and args are made, together: the name is
@@ -129,7 +138,9 @@ struct SweepGroup {
   std::string name;  // the --ops name
   std::string help;  // one line for --ops
   int order = 0;     // groups run in ascending order, for each model and dtype
-  enum class Models { linear, attention, none } models = Models::linear;  // which model list it runs for
+  // Which model list it runs for: the linear models, the attention models, the
+  // mixture-of-experts models (SweepConfig::moe_models), or none.
+  enum class Models { linear, attention, moe, none } models = Models::linear;
   std::function<std::vector<Point>(const SweepScope&)> points;
 };
 

@@ -55,6 +55,33 @@ OpCost linear_cost(const LinearShape& s, const WeightFormat& w, std::uint64_t a_
 OpCost grouped_linear_cost(std::uint64_t tokens, std::uint64_t k, std::uint64_t N, std::uint64_t K, double touched,
                            const WeightFormat& w, std::uint64_t a_in, std::uint64_t a_out);
 
+// The routed experts of a mixture-of-experts layer (the MoE benchmark and the
+// analytical model's MoE layers): T tokens, each routed to k of E experts, every
+// expert a gated MLP of hidden size h and intermediate size I (gate_up [2I, h],
+// down [h, I]), run as five steps, as engines run them unfused:
+//   permute  X's rows gathered into expert order: X read once (a*T*h), the
+//            gather map (int32 per routed row, 4*T*k) read, a*T*k*h written;
+//   gate_up  grouped GEMM (grouped_linear_cost, N = 2I, K = h);
+//   act      SiLU(gate) * up (gated_activation_cost over T*k rows);
+//   down     grouped GEMM (N = h, K = I);
+//   combine  each token's k rows read (a*T*k*h), with its k positions (int32)
+//            and the router's combine weights (fp32), its row written (a*T*h).
+// FLOPs count the routed tokens (2*T*k*3*h*I); weight bytes the experts touched
+// (`touched`: drawn, or expected_experts_touched); the routing's indices and
+// weights (the router's output, 12*T*k bytes) are index (block_table) and
+// activation reads.
+struct MoeShape {
+  std::uint64_t T = 0, k = 0, E = 0, h = 0, I = 0;
+  static MoeShape of(const Shape& s) { return {s["T"], s["k"], s["E"], s["h"], s["I"]}; }
+  Shape shape() const { return {{"T", T}, {"k", k}, {"E", E}, {"h", h}, {"I", I}}; }
+};
+struct MoeCost {
+  OpCost permute, gate_up, act, down, combine;
+  OpCost total() const;
+};
+MoeCost moe_experts_cost(const MoeShape& s, double touched, const WeightFormat& w_gate_up, const WeightFormat& w_down,
+                         std::uint64_t a);
+
 // The smallest batch M at which the linear layer N x K of element type `t` (its
 // output in linear_output_type(t)) reaches intensity `ridge` FLOP/byte: where it
 // crosses from memory-bound to compute-bound on a roofline of that ridge.

@@ -1,0 +1,150 @@
+// The MoE experts operation (ops/moe.hpp): the routed experts of a mixture-of-
+// experts layer over T tokens, with its drawn routing's token counts per expert
+// in the results' "shape". One sweep group, moe: for each mixture-of-experts
+// model (SweepConfig::moe_models: the MoE models of --model, else Mixtral,
+// Qwen3-30B-A3B and DeepSeek-V2-Lite on a GPU, Qwen3-30B-A3B on a CPU) and each
+// --routing, decode at --moe-decode-batches (T = batch, one token per sequence)
+// and prefill at --moe-prompts (one sequence, T = prompt).
+#include "phasebench/ops/moe.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "phasebench/checked.hpp"
+#include "phasebench/error.hpp"
+
+namespace phasebench {
+
+float moe_weight_scale(std::uint64_t K) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(K))); }
+
+OpRequest moe_request(const MoeShape& s, const Routing& routing, DType dtype, Impl impl, Phase phase, std::uint64_t seed) {
+  if (s.E == 0 || s.k == 0 || s.k > s.E) throw InputError("moe: experts per token must be 1 to E");
+  routing_inclusion(s.E, s.k, routing);  // InputError when the routing cannot give k distinct experts
+  OpRequest r;
+  r.kind = kMoe;
+  r.dtype = dtype;
+  r.impl = impl;
+  r.phase = phase;
+  r.shape = s.shape();
+  r.params.set("routing", static_cast<std::uint64_t>(routing.kind));
+  // The routing's parameter in millionths (S of zipf, F of hot).
+  r.params.set("routing_ppm", static_cast<std::uint64_t>(std::llround(routing.value * 1e6)));
+  r.seed = seed;
+  return r;
+}
+
+Routing moe_routing(const OpRequest& r) {
+  const auto kind = r.params["routing"];
+  if (kind > 2) throw std::logic_error("moe: routing kind " + std::to_string(kind));
+  return {static_cast<Routing::Kind>(kind), static_cast<double>(r.params["routing_ppm"]) / 1e6};
+}
+
+RoutedTokens moe_routed(const OpRequest& r) {
+  const auto s = MoeShape::of(r.shape);
+  return route_tokens(s.T, s.k, s.E, moe_routing(r), r.seed + 7);
+}
+
+MoeCost moe_cost(const OpRequest& r) {
+  const auto s = MoeShape::of(r.shape);
+  const auto f = WeightFormat::plain(r.dtype);
+  return moe_experts_cost(s, static_cast<double>(moe_routed(r).touched()), f, f, element_bytes(r.dtype));
+}
+
+std::optional<std::uint64_t> moe_batch_at_intensity(const MoeShape& s, const Routing& routing, DType t, double ridge) {
+  const auto f = WeightFormat::plain(t);
+  auto reaches = [&](std::uint64_t B) {
+    MoeShape b = s;
+    b.T = B;
+    const double touched = expected_experts_touched(s.E, s.k, B, routing);
+    return moe_experts_cost(b, touched, f, f, element_bytes(t)).total().intensity() >= ridge;
+  };
+  constexpr std::uint64_t kLimit = 1ull << 24;
+  std::uint64_t hi = 1;
+  while (!reaches(hi)) {
+    if (hi >= kLimit) return std::nullopt;
+    hi *= 2;
+  }
+  if (hi == 1) return 1;
+  std::uint64_t lo = hi / 2;  // does not reach
+  while (hi - lo > 1) {
+    const auto mid = lo + (hi - lo) / 2;
+    (reaches(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+namespace {
+
+// Inputs, every expert's weights (memory counts them all), the intermediates
+// and the routing's maps and weights.
+std::uint64_t footprint(const OpRequest& r) {
+  const auto s = MoeShape::of(r.shape);
+  const auto e = element_bytes(r.dtype);
+  const auto rows = mul(s.T, s.k, "routed tokens");
+  std::uint64_t b = mul({e, s.E, 3, s.h, s.I}, "MoE weight bytes");
+  b = add(b, mul({e, s.T, s.h, 2}, "MoE input and output bytes"));
+  b = add(b, mul({e, rows, add(mul(2, s.h), mul(3, s.I))}, "MoE intermediate bytes"));
+  return add(b, mul(12, rows, "MoE routing bytes"));
+}
+
+nlohmann::json shape_json(const OpRequest& r) {
+  auto j = r.shape.to_json();
+  const auto routed = moe_routed(r);
+  j["routing"] = moe_routing(r).text();
+  j["experts_touched"] = routed.touched();
+  j["tokens_per_expert"] = routed.per_expert;
+  return j;
+}
+
+}  // namespace
+
+}  // namespace phasebench
+
+PHASEBENCH_DECLARE_OPS(moe) {
+  using namespace phasebench;
+  registry.declare(OpDecl{kMoe, {"T", "k", "E", "h", "I"}, {"routing", "routing_ppm"},
+                          [](const OpRequest& r) { return moe_cost(r).total(); }, footprint, shape_json});
+  AxisDecl routing_axis{"routing", "--routing", "PHASEBENCH_ROUTING",
+                        "how the moe group routes tokens: uniform, zipf:S (popularity 1/rank^S) or hot:F (a fraction F "
+                        "of the tokens to one hot expert), comma-separated",
+                        false, {}, {}, {}};
+  routing_axis.text = true;
+  routing_axis.gpu_text = {"uniform"};
+  routing_axis.cpu_text = {"uniform"};
+  routing_axis.check_text = [](const std::vector<std::string>& v) {
+    for (const auto& t : v) parse_routing(t);
+  };
+  registry.axis(routing_axis);
+  registry.axis(AxisDecl{"moe_decode_batches", "--moe-decode-batches", "PHASEBENCH_MOE_DECODE_BATCHES",
+                         "decode batch sizes of the moe group (one token per sequence)", false,
+                         {1, 4, 16, 64, 256, 1024, 2048, 4096, 8192}, {1, 8, 64}, {}});
+  registry.axis(AxisDecl{"moe_prompts", "--moe-prompts", "PHASEBENCH_MOE_PROMPTS",
+                         "prefill prompt lengths of the moe group (one sequence: its tokens are the layer's)", false,
+                         {512, 2048, 8192}, {64}, {}});
+  registry.group(SweepGroup{
+      "moe",
+      "the routed experts of each mixture-of-experts model's MoE layer (permute, grouped gate_up, SiLU*up, grouped down, "
+      "combine) per --routing: decode over --moe-decode-batches, prefill over --moe-prompts (vendor library)",
+      40, SweepGroup::Models::moe, [](const SweepScope& sc) {
+        std::vector<Point> pts;
+        const ModelConfig& m = *sc.model;
+        const std::string target = "experts";
+        for (const auto& rt : sc.axes->text("routing")) {
+          const Routing routing = parse_routing(rt);
+          auto add = [&](Phase phase, std::uint64_t T, const std::vector<PointArg>& args) {
+            const MoeShape s{T, m.experts_per_token, m.experts, m.hidden, m.expert_intermediate};
+            OpRequest r = moe_request(s, routing, sc.dtype, Impl::blas, phase);
+            for (Impl impl : sc.impls(r, true)) {
+              r.impl = impl;
+              pts.push_back(
+                  make_point(std::string(to_string(phase)), "moe", m.name, target, m.name + "." + target, r, args, true));
+            }
+          };
+          for (auto B : (*sc.axes)["moe_decode_batches"])
+            add(Phase::decode, B, {{"batch", B, "batch"}, {"routing", 0, "routing", routing.text()}});
+          for (auto S : (*sc.axes)["moe_prompts"])
+            add(Phase::prefill, S, {{"batch", 1, ""}, {"prompt", S, "prompt"}, {"routing", 0, "routing", routing.text()}});
+        }
+        return pts;
+      }});
+}
