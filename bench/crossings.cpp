@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -46,10 +47,51 @@ namespace {
 
 nlohmann::json batch_or_null(const std::optional<std::uint64_t>& b) { return b ? nlohmann::json(*b) : nlohmann::json(); }
 
+using BestRates = std::map<std::uint64_t, std::pair<double, double>>;  // batch -> (FLOP/s, bytes/s) of its fastest point
+
+// The batches of a layer, and its measured crossing: where its intensity
+// reaches P_eff/W_eff, the best FLOP/s and the best bytes/s it achieved
+// (`batch_at` turns a ridge into a batch); "> B" while its largest batch B still
+// streams at 70% of W_eff, "one batch only" with a single batch.
+std::pair<nlohmann::json, nlohmann::json> measured_crossing(const BestRates& best,
+                                                            const std::function<std::optional<std::uint64_t>(double)>& batch_at) {
+  nlohmann::json batches = nlohmann::json::array();
+  double p_eff = 0, w_eff = 0;
+  for (const auto& [B, rates] : best) {
+    batches.push_back(B);
+    p_eff = std::max(p_eff, rates.first);
+    w_eff = std::max(w_eff, rates.second);
+  }
+  nlohmann::json measured = {{"peak_flops_per_s", p_eff}, {"bandwidth_bytes_per_s", w_eff}, {"batch", nullptr}};
+  const auto& [last_batch, last_rates] = *best.rbegin();
+  if (best.size() < 2) {
+    measured["text"] = "one batch only";
+  } else if (last_rates.second >= 0.7 * w_eff) {
+    measured["text"] = fmt::format("> {}", last_batch);  // still streaming at the largest batch measured
+  } else {
+    const auto m = batch_at(p_eff / w_eff);
+    measured["batch"] = batch_or_null(m);
+    measured["text"] = m ? std::to_string(*m) : std::string("never");
+  }
+  return {batches, measured};
+}
+
+// The predicted crossing per ceiling source, `predict(roof)` for each source's
+// roofline, and for the ceilings in use, which may mix sources (e.g. a measured
+// bandwidth with a theoretical peak where no GEMM of the dtype was measured).
+nlohmann::json predicted_crossings(const nlohmann::json& by_source, const nlohmann::json& in_use,
+                                   const std::string& ceiling_used,
+                                   const std::function<nlohmann::json(const nlohmann::json&)>& predict) {
+  nlohmann::json predicted = nlohmann::json::object();
+  for (const auto& [source, roof] : by_source.items()) predicted[source] = predict(roof);
+  if (!predicted.contains(ceiling_used) && in_use.is_object()) predicted[ceiling_used] = predict(in_use);
+  return predicted;
+}
+
 struct LayerPoints {
   std::uint64_t N = 0, K = 0;
   DType dtype = DType::bf16;
-  std::map<std::uint64_t, std::pair<double, double>> best;  // batch -> (FLOP/s, bytes/s) of its fastest point
+  BestRates best;
   std::map<std::uint64_t, double> fastest;                  // batch -> its median time
   nlohmann::json by_source = nlohmann::json::object();      // roofline_by_source of a point (ceilings are per run)
   nlohmann::json in_use;                                     // its "roofline" (the ceilings in use)
@@ -83,36 +125,15 @@ nlohmann::json decode_linear_crossings(const nlohmann::json& results) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [key, l] : layers) {
     const auto& [model, target, dtype] = key;
-    nlohmann::json batches = nlohmann::json::array();
-    double p_eff = 0, w_eff = 0;
-    for (const auto& [M, rates] : l.best) {
-      batches.push_back(M);
-      p_eff = std::max(p_eff, rates.first);
-      w_eff = std::max(w_eff, rates.second);
-    }
-    nlohmann::json measured = {{"peak_flops_per_s", p_eff}, {"bandwidth_bytes_per_s", w_eff}, {"batch", nullptr}};
-    const auto& [last_batch, last_rates] = *l.best.rbegin();
-    if (l.best.size() < 2) {
-      measured["text"] = "one batch only";
-    } else if (last_rates.second >= 0.7 * w_eff) {
-      measured["text"] = fmt::format("> {}", last_batch);  // still streaming at the largest batch measured
-    } else {
-      const auto m = linear_batch_at_intensity(l.N, l.K, l.dtype, p_eff / w_eff);
-      measured["batch"] = batch_or_null(m);
-      measured["text"] = m ? std::to_string(*m) : std::string("never");
-    }
-    nlohmann::json predicted = nlohmann::json::object();
-    auto predict = [&](const nlohmann::json& roof) {
+    const auto [batches, measured] =
+        measured_crossing(l.best, [&](double ridge) { return linear_batch_at_intensity(l.N, l.K, l.dtype, ridge); });
+    const auto predicted = predicted_crossings(l.by_source, l.in_use, ceiling_used, [&](const nlohmann::json& roof) {
       const double ridge = roof.value("ridge_flop_per_byte", 0.0);
       return nlohmann::json{{"batch", batch_or_null(linear_batch_at_intensity(l.N, l.K, l.dtype, ridge))},
                             {"ridge_flop_per_byte", ridge},
                             {"compute_ceiling_source", roof.value("compute_ceiling_source", "")},
                             {"bandwidth_ceiling_source", roof.value("bandwidth_ceiling_source", "")}};
-    };
-    for (const auto& [source, roof] : l.by_source.items()) predicted[source] = predict(roof);
-    // The ceilings in use may mix sources (e.g. a measured bandwidth with a
-    // theoretical peak where no GEMM of the dtype was measured).
-    if (!predicted.contains(ceiling_used) && l.in_use.is_object()) predicted[ceiling_used] = predict(l.in_use);
+    });
     out.push_back({{"layer", model + "." + target},
                    {"model", model},
                    {"target", target},
@@ -134,7 +155,7 @@ nlohmann::json decode_moe_crossings(const nlohmann::json& results) {
     MoeShape s;
     Routing routing;
     DType dtype = DType::bf16;
-    std::map<std::uint64_t, std::pair<double, double>> best;  // batch -> (FLOP/s, bytes/s) of its fastest point
+    BestRates best;
     std::map<std::uint64_t, double> fastest;
     nlohmann::json by_source = nlohmann::json::object(), in_use;
   };
@@ -164,35 +185,16 @@ nlohmann::json decode_moe_crossings(const nlohmann::json& results) {
   for (const auto& [key, l] : layers) {
     if (l.best.empty()) continue;
     const auto& [model, routing, dtype] = key;
-    nlohmann::json batches = nlohmann::json::array();
-    double p_eff = 0, w_eff = 0;
-    for (const auto& [B, rates] : l.best) {
-      batches.push_back(B);
-      p_eff = std::max(p_eff, rates.first);
-      w_eff = std::max(w_eff, rates.second);
-    }
-    nlohmann::json measured = {{"peak_flops_per_s", p_eff}, {"bandwidth_bytes_per_s", w_eff}, {"batch", nullptr}};
-    const auto& [last_batch, last_rates] = *l.best.rbegin();
-    if (l.best.size() < 2) {
-      measured["text"] = "one batch only";
-    } else if (last_rates.second >= 0.7 * w_eff) {
-      measured["text"] = fmt::format("> {}", last_batch);
-    } else {
-      const auto m = moe_batch_at_intensity(l.s, l.routing, l.dtype, p_eff / w_eff);
-      measured["batch"] = batch_or_null(m);
-      measured["text"] = m ? std::to_string(*m) : std::string("never");
-    }
-    nlohmann::json predicted = nlohmann::json::object();
-    auto predict = [&](const nlohmann::json& roof) {
+    const auto [batches, measured] =
+        measured_crossing(l.best, [&](double ridge) { return moe_batch_at_intensity(l.s, l.routing, l.dtype, ridge); });
+    const auto predicted = predicted_crossings(l.by_source, l.in_use, ceiling_used, [&](const nlohmann::json& roof) {
       const double ridge = roof.value("ridge_flop_per_byte", 0.0);
       return nlohmann::json{{"batch", batch_or_null(moe_batch_at_intensity(l.s, l.routing, l.dtype, ridge))},
                             {"dense_batch", batch_or_null(linear_batch_at_intensity(2 * l.s.I, l.s.h, l.dtype, ridge))},
                             {"ridge_flop_per_byte", ridge},
                             {"compute_ceiling_source", roof.value("compute_ceiling_source", "")},
                             {"bandwidth_ceiling_source", roof.value("bandwidth_ceiling_source", "")}};
-    };
-    for (const auto& [source, roof] : l.by_source.items()) predicted[source] = predict(roof);
-    if (!predicted.contains(ceiling_used) && l.in_use.is_object()) predicted[ceiling_used] = predict(l.in_use);
+    });
     out.push_back({{"layer", model + ".experts"},
                    {"model", model},
                    {"routing", routing},

@@ -3,6 +3,7 @@
 #include "phasebench/workload.hpp"
 
 #include <cmath>
+#include <functional>
 
 #include "phasebench/checked.hpp"
 
@@ -98,10 +99,7 @@ MoeCost moe_experts_cost(const MoeShape& s, double touched, const WeightFormat& 
   return c;
 }
 
-std::optional<std::uint64_t> linear_batch_at_intensity(std::uint64_t N, std::uint64_t K, DType t, double ridge) {
-  const auto e = element_bytes(t), out = element_bytes(linear_output_type(t));
-  // Intensity grows with M (toward 2NK / (a_in K + a_out N)): bisect.
-  auto reaches = [&](std::uint64_t M) { return linear_cost({M, N, K}, e, e, out).intensity() >= ridge; };
+std::optional<std::uint64_t> first_batch_where(const std::function<bool(std::uint64_t)>& reaches) {
   constexpr std::uint64_t kLimit = 1ull << 24;
   std::uint64_t hi = 1;
   while (!reaches(hi)) {
@@ -115,6 +113,12 @@ std::optional<std::uint64_t> linear_batch_at_intensity(std::uint64_t N, std::uin
     (reaches(mid) ? hi : lo) = mid;
   }
   return hi;
+}
+
+std::optional<std::uint64_t> linear_batch_at_intensity(std::uint64_t N, std::uint64_t K, DType t, double ridge) {
+  const auto e = element_bytes(t), out = element_bytes(linear_output_type(t));
+  // Intensity grows with M (toward 2NK / (a_in K + a_out N)).
+  return first_batch_where([&](std::uint64_t M) { return linear_cost({M, N, K}, e, e, out).intensity() >= ridge; });
 }
 
 OpCost decode_attention_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a) {

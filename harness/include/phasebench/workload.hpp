@@ -7,6 +7,7 @@
 // exact integers; softmax, RoPE, norms and other elementwise work count 0 FLOPs
 // (their bytes still count).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -87,6 +88,9 @@ MoeCost moe_experts_cost(const MoeShape& s, double touched, const WeightFormat& 
 // crosses from memory-bound to compute-bound on a roofline of that ridge.
 // Nothing when not before M = 2^24.
 std::optional<std::uint64_t> linear_batch_at_intensity(std::uint64_t N, std::uint64_t K, DType t, double ridge);
+// The smallest batch in 1..2^24 for which `reaches` holds, for a predicate that
+// stays true once true (bisection); nothing when none does.
+std::optional<std::uint64_t> first_batch_where(const std::function<bool(std::uint64_t)>& reaches);
 
 // One query token per sequence attending to L cached tokens. K and V caches are
 // [B, Hkv, L, D]; queries and outputs [B, Hq, D].

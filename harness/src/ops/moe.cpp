@@ -52,25 +52,12 @@ MoeCost moe_cost(const OpRequest& r) {
 
 std::optional<std::uint64_t> moe_batch_at_intensity(const MoeShape& s, const Routing& routing, DType t, double ridge) {
   const auto f = WeightFormat::plain(t);
-  auto reaches = [&](std::uint64_t B) {
+  return first_batch_where([&](std::uint64_t B) {
     MoeShape b = s;
     b.T = B;
     const double touched = expected_experts_touched(s.E, s.k, B, routing);
     return moe_experts_cost(b, touched, f, f, element_bytes(t)).total().intensity() >= ridge;
-  };
-  constexpr std::uint64_t kLimit = 1ull << 24;
-  std::uint64_t hi = 1;
-  while (!reaches(hi)) {
-    if (hi >= kLimit) return std::nullopt;
-    hi *= 2;
-  }
-  if (hi == 1) return 1;
-  std::uint64_t lo = hi / 2;  // does not reach
-  while (hi - lo > 1) {
-    const auto mid = lo + (hi - lo) / 2;
-    (reaches(mid) ? hi : lo) = mid;
-  }
-  return hi;
+  });
 }
 
 namespace {
