@@ -114,12 +114,12 @@ void BenchContext::prepare_point(const Point& p, PointOutcome& out) {
   }
 }
 
-bool BenchContext::take_sample(const Point& p, PointOutcome& out, std::vector<double>& call_samples) {
+bool BenchContext::take_sample(const Point& p, bool pair, PointOutcome& out, std::vector<double>& call_samples) {
   TimingOptions topts;
   topts.cold_cache = opts_.cold_cache;
   topts.range_name = p.name;
   // The paired read goes outside the timed region (manual time; it also leaves the caches cold).
-  const std::optional<double> read = pair_ ? backend_.paired_read() : std::nullopt;
+  const std::optional<double> read = pair ? backend_.paired_read() : std::nullopt;
   const Sample s = backend_.time(*op_, topts);
   if (s.sm_mhz) {
     run_max_mhz_ = std::max(run_max_mhz_, *s.sm_mhz);
@@ -144,7 +144,7 @@ bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutco
   // Benchmark's calls (its iteration-count estimation, each repetition): all
   // time the same prepared, verified and warmed-up operation.
   using Clock = std::chrono::steady_clock;
-  pair_ = pairs_reads(p);
+  const bool pair = pairs_reads(p);
   const auto& rule = opts_.stop;
   const std::size_t min_n = std::max(kMinSamplesPerPoint, rule.min_samples);
   try {
@@ -154,7 +154,7 @@ bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutco
       if (!rule.by_noise) {
         // Google Benchmark's loop: one sample per iteration, per run() call so
         // its time column is one operation's time even for a CUDA graph.
-        while (!take_sample(p, out, mine)) {
+        while (!take_sample(p, pair, out, mine)) {
         }
         st.SetIterationTime(mine.back());
         continue;
@@ -163,7 +163,7 @@ bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutco
       // spread is small enough or its time is up; its time is the median.
       const auto t0 = Clock::now();
       for (;;) {
-        take_sample(p, out, mine);
+        take_sample(p, pair, out, mine);
         if (mine.size() < min_n) continue;
         out.noise = relative_noise(mine);
         if (out.noise <= rule.max_noise) {
@@ -181,7 +181,7 @@ bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutco
     }
     if (!rule.by_noise) {
       std::vector<double> extra;
-      while (out.samples.size() < min_n) take_sample(p, out, extra);
+      while (out.samples.size() < min_n) take_sample(p, pair, out, extra);
       out.noise = relative_noise(out.samples);
       out.stop_reason = "google_benchmark_min_time";
     }

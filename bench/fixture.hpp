@@ -110,10 +110,11 @@ class BenchContext {
   // The steps of run(): prepare, verify and warm up a point once (keeping the
   // samples it has); time Google Benchmark's iterations into its pool (false on
   // an error); the counters and label of the median sample. take_sample() is
-  // one sample (paired read, timed run, clock check): false when it was set aside.
+  // one sample (a paired read when `pair`, the timed run, the clock check): false
+  // when it was set aside.
   void prepare_point(const Point& p, PointOutcome& out);
   bool time_samples(benchmark::State& st, const Point& p, PointOutcome& out);
-  bool take_sample(const Point& p, PointOutcome& out, std::vector<double>& call_samples);
+  bool take_sample(const Point& p, bool pair, PointOutcome& out, std::vector<double>& call_samples);
   void set_counters(benchmark::State& st, const Point& p, const PointOutcome& out) const;
   // Why a point's fraction of roofline is above 1: its data was cached, or the
   // ceiling it is measured against is low (results: above_roofline.likely_cause).
@@ -130,7 +131,6 @@ class BenchContext {
   std::unique_ptr<PreparedOp> op_;
   std::string prepare_error_;
   double run_max_mhz_ = 0;  // the highest SM clock read in this run
-  bool pair_ = false;       // whether the current point's samples get a paired read
   // The energy window of a point (PointOutcome::energy), after its samples.
   void measure_energy(PointOutcome& out);
 };
