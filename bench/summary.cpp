@@ -1,7 +1,8 @@
 // The summary a run ends with (and `phasebench summary FILE` prints): fraction
-// of roofline per phase and op, paging's cost, what an fp8 KV cache buys, the
-// decode linear and MoE crossings, what int4 weights buy over bf16, whole layers
-// measured against the analytical model, how the points stopped sampling, and energy.
+// of roofline per phase and op, paging's cost, what an fp8 KV cache buys,
+// multi-token and ragged decode steps, the decode linear and MoE crossings, what
+// int4 weights buy over bf16, whole layers measured against the analytical
+// model, how the points stopped sampling, and energy.
 #include "summary.hpp"
 
 #include <fmt/format.h>
@@ -43,6 +44,13 @@ struct Collected {
   // Our decode GEMVs on the same projection and batch: bf16 and int4 weights,
   // median times keyed by "model.target" and batch.
   std::map<std::pair<std::string, std::uint64_t>, double> gemv_bf16_time, gemv_int4_time;
+  // Multi-token and ragged decode steps (the decode_attention_multi group): by
+  // shape key (model, dtype, layout, batch, context), the points of each (new
+  // tokens, context distribution).
+  struct StepPoint {
+    double time = 0, gbps = 0, fraction = 0;
+  };
+  std::map<std::string, std::map<std::pair<std::uint64_t, std::string>, StepPoint>> steps;
   // Points above their roofline: name, fraction, likely cause (fixture.cpp).
   std::vector<std::tuple<std::string, double, std::string>> above;
   // The stopping rule's outcome: points timed, how many of those did not
@@ -88,6 +96,14 @@ void collect_attention_time(const nlohmann::json& p, Collected& c) {
                                       sh.value("L", 0), sh.value("D", 0));
   const double t = p.at("time").at("median_s").get<double>();
   const std::uint64_t page = op == "attention" ? 0 : args.value("page_size", std::uint64_t{0});
+  if (args.contains("new_tokens")) {  // a multi-token or ragged step: its own section
+    const auto step_key = fmt::format("{} {} {} B{} L{}", p.value("model", ""), p.value("dtype", ""),
+                                      page ? fmt::format("page {}", page) : std::string("contiguous"),
+                                      sh.value("B", 0), sh.value("L", 0));
+    Collected::StepPoint sp{t, p.value("gbps", 0.0), p.value("fraction_of_roofline", 0.0)};
+    c.steps[step_key][{args.at("new_tokens").get<std::uint64_t>(), args.value("context_dist", std::string("fixed"))}] = sp;
+    return;
+  }
   if (args.value("kv_bits", std::uint64_t{0}) == 8) {
     c.fp8_cache_time[{key, page}] = t;
     return;
@@ -231,6 +247,33 @@ std::string fp8_cache_section(const Collected& c) {
   return out;
 }
 
+// Multi-token steps and ragged batches against one token over fixed contexts on
+// the same shape: a step of S tokens that takes little more than one yields
+// nearly S times the tokens per second (what speculative verification buys);
+// a ragged batch of the same mean context shows what the imbalance costs.
+std::string steps_section(const Collected& c) {
+  std::string out;
+  for (const auto& [key, by_step] : c.steps) {
+    const auto base = by_step.find({1, "fixed"});
+    if (base == by_step.end() || base->second.time <= 0) continue;
+    if (out.empty()) {
+      out = "\ndecode attention, multi-token steps and ragged batches: against one new token over fixed contexts on "
+            "the same shape\n";
+      out += fmt::format("  {:<44} {:<20} {:>7} {:>9} {:>8} {:>8}\n", "shape", "step", "time", "tokens/s", "GB/s",
+                         "roofline");
+    }
+    bool first = true;
+    for (const auto& [step, sp] : by_step) {
+      const double rel = sp.time / base->second.time;
+      out += fmt::format("  {:<44} {:<20} {:>6.2f}x {:>8.2f}x {:>8.1f} {:>7.0f}%\n", first ? key : "",
+                         fmt::format("S={} {}", step.first, step.second), rel,
+                         static_cast<double>(step.first) / rel, sp.gbps, 100 * sp.fraction);
+      first = false;
+    }
+  }
+  return out;
+}
+
 std::string paged_section(const Collected& c) {
   std::map<std::uint64_t, std::vector<double>> paged_cost;
   for (const auto& [key, by_page] : c.paged_time)
@@ -354,6 +397,7 @@ std::string summarize(const nlohmann::json& results) {
   out += fraction_table(c);
   out += paged_section(c);
   out += fp8_cache_section(c);
+  out += steps_section(c);
   out += crossings_section(results, pb);
   out += moe_crossings_section(results, pb);
   out += int4_section(c);

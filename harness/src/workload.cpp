@@ -2,8 +2,11 @@
 // costs are computed, for the benchmarks, the analytical model and the tests.
 #include "phasebench/workload.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <stdexcept>
+#include <string>
 
 #include "phasebench/checked.hpp"
 
@@ -121,13 +124,26 @@ std::optional<std::uint64_t> linear_batch_at_intensity(std::uint64_t N, std::uin
   return first_batch_where([&](std::uint64_t M) { return linear_cost({M, N, K}, e, e, out).intensity() >= ridge; });
 }
 
-OpCost decode_attention_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a) {
+OpCost decode_attention_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a, const DecodeQueries& q) {
+  if (!q.lengths.empty() && q.lengths.size() != s.B)
+    throw std::logic_error("decode attention cost: " + std::to_string(q.lengths.size()) + " lengths for batch " +
+                           std::to_string(s.B));
+  const std::uint64_t S = std::max<std::uint64_t>(q.S, 1);
+  // Sum of the contexts, and of the keys the queries see: S*L_b - S(S-1)/2 per sequence.
+  std::uint64_t tokens = 0, pairs = 0;
+  for (std::uint64_t b = 0; b < s.B; ++b) {
+    const std::uint64_t L = q.lengths.empty() ? s.L : q.lengths[b];
+    if (L < S) throw InputError("decode attention: a context of " + std::to_string(L) + " tokens cannot hold " +
+                                std::to_string(S) + " new tokens");
+    tokens = add(tokens, L, "KV tokens");
+    pairs = add(pairs, mul(S, L, "attention pairs") - S * (S - 1) / 2, "attention pairs");
+  }
   OpCost r;
-  r.flops = mul({4, s.B, s.Hq, s.L, s.D}, "decode attention FLOPs");
-  r.bytes.kv_cache = add(mul({c, 2, s.B, s.Hkv, s.L, s.D}, "KV-cache bytes"), kv_scale_bytes(s.Hkv, c), "KV-cache bytes");
-  // Queries read and outputs written: a*B*Hq*D each (together a*2*B*Hq*D).
-  r.bytes.activations = mul({a, s.B, s.Hq, s.D}, "query bytes");
-  r.bytes.writes = mul({a, s.B, s.Hq, s.D}, "attention output bytes");
+  r.flops = mul({4, s.Hq, pairs, s.D}, "decode attention FLOPs");
+  r.bytes.kv_cache = add(mul({c, 2, s.Hkv, tokens, s.D}, "KV-cache bytes"), kv_scale_bytes(s.Hkv, c), "KV-cache bytes");
+  // Queries read and outputs written: a*B*S*Hq*D each.
+  r.bytes.activations = mul({a, s.B, S, s.Hq, s.D}, "query bytes");
+  r.bytes.writes = mul({a, s.B, S, s.Hq, s.D}, "attention output bytes");
   return r;
 }
 
@@ -138,9 +154,13 @@ std::uint64_t pages_per_sequence(std::uint64_t L, std::uint64_t page_size) {
   return L / page_size + (L % page_size != 0 ? 1 : 0);
 }
 
-OpCost decode_attention_paged_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a, std::uint64_t page_size) {
-  OpCost r = decode_attention_cost(s, c, a);
-  r.bytes.block_table = mul({4, s.B, pages_per_sequence(s.L, page_size)}, "block-table bytes");
+OpCost decode_attention_paged_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a, std::uint64_t page_size,
+                                   const DecodeQueries& q) {
+  OpCost r = decode_attention_cost(s, c, a, q);
+  std::uint64_t pages = 0;
+  for (std::uint64_t b = 0; b < s.B; ++b)
+    pages = add(pages, pages_per_sequence(q.lengths.empty() ? s.L : q.lengths[b], page_size), "pages");
+  r.bytes.block_table = mul(4, pages, "block-table bytes");
   return r;
 }
 

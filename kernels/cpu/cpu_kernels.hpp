@@ -32,6 +32,12 @@ struct DecodeAttentionArgs {
   const std::int32_t* block_table = nullptr;  // null: contiguous cache
   std::uint64_t B = 0, Hq = 0, Hkv = 0, L = 0, D = 0;
   std::uint64_t page_size = 0, pages_per_seq = 0;
+  // S new tokens per sequence, causal within them: q and out are [B, S, Hq, D],
+  // and query s of sequence b sees its first len_b - S + 1 + s tokens.
+  std::uint64_t S = 1;
+  // Each sequence's context (a ragged batch), at most L; null: all L. L is the
+  // contiguous cache's stride ([B, Hkv, L, D]).
+  const std::uint64_t* lengths = nullptr;
   DType t = DType::fp32;  // q and out; K and V too unless kv_fp8
   // An fp8 e4m3 cache (fp32 or bf16 q): K and V elements are e4m3, the value of
   // KV head h is e4m3 x k_scale[h] (v_scale[h]). The scales are applied outside

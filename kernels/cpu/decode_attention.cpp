@@ -1,6 +1,7 @@
 // Decode attention on the CPU. A task is one sequence and a chunk of KV heads;
-// the Hq/Hkv query heads that share a KV head are handled together, so each K
-// and V row is read from memory once for the whole group (GQA). Two streaming
+// the Hq/Hkv query heads that share a KV head, times the step's S new tokens,
+// are handled together, so each K and V row is read from memory once for the
+// whole group (GQA, speculative verification). Two streaming
 // passes: K to scores (register tiles of heads x rows, summed horizontally
 // together), then V weighted by the softmax (register tiles of heads x 16
 // columns). Both walk the cache in blocks of 16 tokens that never straddle a
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/numeric.hpp"
@@ -47,7 +49,10 @@ std::uint64_t heads_per_task(std::uint64_t B, std::uint64_t Hkv, std::uint64_t t
 // T: q and out; KV: the cache's elements (T, or simd::Fp8E4M3 with per-head scales).
 template <class T, class KV>
 void run(const DecodeAttentionArgs& a) {
-  const std::uint64_t group = a.Hq / a.Hkv, L = a.L, D = a.D;
+  // L: the cache's stride and the longest context; S*group query rows per KV head,
+  // ordered (new token, head).
+  const std::uint64_t group = a.Hq / a.Hkv, L = a.L, D = a.D, S = a.S, SG = S * group;
+  auto length = [&](std::uint64_t b) { return a.lengths ? a.lengths[b] : L; };
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   auto k_scale = [&](std::uint64_t h) { return a.k_scale ? a.k_scale[h] : 1.0f; };
   auto v_scale = [&](std::uint64_t h) { return a.v_scale ? a.v_scale[h] : 1.0f; };
@@ -65,8 +70,8 @@ void run(const DecodeAttentionArgs& a) {
   };
   // Block boundaries: every kBlock tokens and every page end, the same for all
   // heads, so a block's rows are contiguous in memory.
-  auto block_len = [&](std::uint64_t at) {
-    const std::uint64_t n = std::min(kBlock, L - at);
+  auto block_len = [&](std::uint64_t at, std::uint64_t len) {
+    const std::uint64_t n = std::min(kBlock, len - at);
     return paged ? std::min(n, a.page_size - at % a.page_size) : n;
   };
   // A task is one sequence and a chunk of C KV heads. Each layout is walked in
@@ -77,23 +82,25 @@ void run(const DecodeAttentionArgs& a) {
   // same in both orders, so the results are bit-identical.
   // fn(c, l, n, ahead): head h0+c, rows l..l+n-1; `ahead` is the block
   // kPrefetchBlocks further in this order, prefetched while this one is processed.
-  auto for_each_block = [&](const KV* base, std::uint64_t b, std::uint64_t h0, std::uint64_t C, auto&& fn) {
+  auto for_each_block = [&](const KV* base, std::uint64_t b, std::uint64_t h0, std::uint64_t C, std::uint64_t len,
+                            auto&& fn) {
     // Block i of the order starts at token (i / C) * kBlock of head i % C when
     // paged, at token (i % nb) * kBlock of head i / nb when contiguous (exact
     // when pages are multiples of kBlock; otherwise only the hint is off).
-    const std::uint64_t nb = (L + kBlock - 1) / kBlock, total = nb * C;
+    const std::uint64_t nb = (len + kBlock - 1) / kBlock, total = nb * C;
     auto block = [&](std::uint64_t i) {
       if (i >= total) return Prefetcher{};
       const std::uint64_t c = paged ? i % C : i / nb, l = (paged ? i / C : i % nb) * kBlock;
-      return Prefetcher{reinterpret_cast<const char*>(row(base, b, h0 + c, l)), block_len(l) * D * sizeof(KV)};
+      return Prefetcher{reinterpret_cast<const char*>(row(base, b, h0 + c, l)), block_len(l, len) * D * sizeof(KV)};
     };
     std::uint64_t i = 0;
     if (!paged) {
       for (std::uint64_t c = 0; c < C; ++c)
-        for (std::uint64_t l = 0, n = 0; l < L; l += n, ++i) fn(c, l, n = block_len(l), block(i + kPrefetchBlocks));
+        for (std::uint64_t l = 0, n = 0; l < len; l += n, ++i)
+          fn(c, l, n = block_len(l, len), block(i + kPrefetchBlocks));
     } else {
-      for (std::uint64_t l = 0, n = 0; l < L; l += n) {
-        n = block_len(l);
+      for (std::uint64_t l = 0, n = 0; l < len; l += n) {
+        n = block_len(l, len);
         for (std::uint64_t c = 0; c < C; ++c, ++i) fn(c, l, n, block(i + kPrefetchBlocks));
       }
     }
@@ -101,35 +108,43 @@ void run(const DecodeAttentionArgs& a) {
   const std::uint64_t C = heads_per_task(a.B, a.Hkv, static_cast<std::uint64_t>(omp_get_max_threads()));
   const std::uint64_t chunks = a.Hkv / C;
   const std::int64_t tasks = static_cast<std::int64_t>(a.B * chunks);
-  const std::uint64_t rows_per_task = C * group;  // query heads of a task
+  const std::uint64_t rows_per_task = C * SG;  // query rows of a task: (KV head, new token, head of its group)
+  // Row j of a task: KV head h0 + j / SG, new token (j % SG) / group, query head
+  // (h0 + j / SG) * group + j % group; its element offset in q and out.
+  auto q_row = [&](std::uint64_t b, std::uint64_t h0, std::uint64_t j) {
+    return ((b * S + (j % SG) / group) * a.Hq + (h0 + j / SG) * group + j % group) * D;
+  };
 #pragma omp parallel
   {
     std::vector<float> qf(rows_per_task * D), s(rows_per_task * L), acc(rows_per_task * D), inv_sum(rows_per_task);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
       const std::uint64_t b = static_cast<std::uint64_t>(task) / chunks, h0 = static_cast<std::uint64_t>(task) % chunks * C;
-      // Query heads h0*group .. (h0+C)*group-1 are contiguous in q and out.
-      const std::uint64_t q0 = (b * a.Hq + h0 * group) * D;
-      for (std::uint64_t j = 0; j < rows_per_task * D; ++j) qf[j] = to_float(q_all[q0 + j]);
-      // Pass 1: scores.
-      for_each_block(k_all, b, h0, C, [&](std::uint64_t c, std::uint64_t l, std::uint64_t n, Prefetcher next) {
-        block_scores(row(k_all, b, h0 + c, l), D, n, qf.data() + c * group * D, group, D, scale * k_scale(h0 + c),
-                     s.data() + c * group * L + l, L, next);
+      const std::uint64_t len = length(b);
+      for (std::uint64_t j = 0; j < rows_per_task; ++j)
+        for (std::uint64_t d = 0; d < D; ++d) qf[j * D + d] = to_float(q_all[q_row(b, h0, j) + d]);
+      // Pass 1: scores of every row over the whole context (the few keys a new
+      // token must not see are masked below).
+      for_each_block(k_all, b, h0, C, len, [&](std::uint64_t c, std::uint64_t l, std::uint64_t n, Prefetcher next) {
+        block_scores(row(k_all, b, h0 + c, l), D, n, qf.data() + c * SG * D, SG, D, scale * k_scale(h0 + c),
+                     s.data() + c * SG * L + l, L, next);
       });
-      // Softmax per query head; the normalisation is applied to the outputs.
+      // Softmax per query row over the keys it sees (new token i: len - S + 1 + i);
+      // the keys after them get probability 0. The normalisation is applied to the outputs.
       for (std::uint64_t j = 0; j < rows_per_task; ++j) {
         float* sj = s.data() + j * L;
-        inv_sum[j] = 1.0f / simd::exp_shift_sum(sj, L, simd::max_of(sj, L));
+        const std::uint64_t seen = len - S + 1 + (j % SG) / group;
+        inv_sum[j] = 1.0f / simd::exp_shift_sum(sj, seen, simd::max_of(sj, seen));
+        std::fill(sj + seen, sj + len, 0.f);
       }
       // Pass 2: weighted sum of V rows.
       std::fill(acc.begin(), acc.end(), 0.f);
-      for_each_block(v_all, b, h0, C, [&](std::uint64_t c, std::uint64_t l, std::uint64_t n, Prefetcher next) {
-        block_pv(row(v_all, b, h0 + c, l), D, n, s.data() + c * group * L + l, L, group, D, acc.data() + c * group * D,
-                 next);
+      for_each_block(v_all, b, h0, C, len, [&](std::uint64_t c, std::uint64_t l, std::uint64_t n, Prefetcher next) {
+        block_pv(row(v_all, b, h0 + c, l), D, n, s.data() + c * SG * L + l, L, SG, D, acc.data() + c * SG * D, next);
       });
       for (std::uint64_t j = 0; j < rows_per_task; ++j) {
-        T* o = out_all + q0 + j * D;
-        const float f = inv_sum[j] * v_scale(h0 + j / group);
+        T* o = out_all + q_row(b, h0, j);
+        const float f = inv_sum[j] * v_scale(h0 + j / SG);
         for (std::uint64_t d = 0; d < D; ++d) {
           if constexpr (sizeof(T) == 4)
             o[d] = acc[j * D + d] * f;
@@ -144,7 +159,7 @@ void run(const DecodeAttentionArgs& a) {
 // fp16: plain loops converting q, K and V on the fly; fp16 is the slow path on
 // CPUs without native half arithmetic, kept for completeness rather than speed.
 void run_fp16(const DecodeAttentionArgs& a) {
-  const std::uint64_t group = a.Hq / a.Hkv, L = a.L, D = a.D;
+  const std::uint64_t group = a.Hq / a.Hkv, L = a.L, D = a.D, S = a.S;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const auto* q_all = static_cast<const std::uint16_t*>(a.q);
   const auto* k_all = static_cast<const std::uint16_t*>(a.k);
@@ -160,29 +175,32 @@ void run_fp16(const DecodeAttentionArgs& a) {
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::int64_t task = 0; task < tasks; ++task) {
     const std::uint64_t b = static_cast<std::uint64_t>(task) / a.Hkv, h = static_cast<std::uint64_t>(task) % a.Hkv;
-    for (std::uint64_t j = 0; j < group; ++j) {
-      const std::uint16_t* q = q_all + (b * a.Hq + h * group + j) * D;
-      std::vector<float> s(L), acc(D, 0.f);
-      float mx = -INFINITY;
-      for (std::uint64_t l = 0; l < L; ++l) {
-        const std::uint16_t* k = row(k_all, b, h, l);
-        float dot = 0.f;
-        for (std::uint64_t d = 0; d < D; ++d) dot += numeric::fp16_to_float(q[d]) * numeric::fp16_to_float(k[d]);
-        s[l] = dot * scale;
-        mx = std::max(mx, s[l]);
+    const std::uint64_t len = a.lengths ? a.lengths[b] : L;
+    for (std::uint64_t i = 0; i < S; ++i)
+      for (std::uint64_t j = 0; j < group; ++j) {
+        const std::uint64_t qrow = ((b * S + i) * a.Hq + h * group + j) * D, seen = len - S + 1 + i;
+        const std::uint16_t* q = q_all + qrow;
+        std::vector<float> s(seen), acc(D, 0.f);
+        float mx = -INFINITY;
+        for (std::uint64_t l = 0; l < seen; ++l) {
+          const std::uint16_t* k = row(k_all, b, h, l);
+          float dot = 0.f;
+          for (std::uint64_t d = 0; d < D; ++d) dot += numeric::fp16_to_float(q[d]) * numeric::fp16_to_float(k[d]);
+          s[l] = dot * scale;
+          mx = std::max(mx, s[l]);
+        }
+        float sum = 0.f;
+        for (auto& x : s) {
+          x = std::exp(x - mx);
+          sum += x;
+        }
+        for (std::uint64_t l = 0; l < seen; ++l) {
+          const std::uint16_t* v = row(v_all, b, h, l);
+          for (std::uint64_t d = 0; d < D; ++d) acc[d] += s[l] * numeric::fp16_to_float(v[d]);
+        }
+        std::uint16_t* o = out_all + qrow;
+        for (std::uint64_t d = 0; d < D; ++d) o[d] = numeric::float_to_fp16(acc[d] / sum);
       }
-      float sum = 0.f;
-      for (auto& x : s) {
-        x = std::exp(x - mx);
-        sum += x;
-      }
-      for (std::uint64_t l = 0; l < L; ++l) {
-        const std::uint16_t* v = row(v_all, b, h, l);
-        for (std::uint64_t d = 0; d < D; ++d) acc[d] += s[l] * numeric::fp16_to_float(v[d]);
-      }
-      std::uint16_t* o = out_all + (b * a.Hq + h * group + j) * D;
-      for (std::uint64_t d = 0; d < D; ++d) o[d] = numeric::float_to_fp16(acc[d] / sum);
-    }
   }
 }
 
@@ -191,6 +209,15 @@ void run_fp16(const DecodeAttentionArgs& a) {
 void decode_attention(const DecodeAttentionArgs& a) {
   if (a.Hkv == 0 || a.Hq % a.Hkv != 0) throw Unsupported("decode attention needs Hq to be a multiple of Hkv");
   if (a.L == 0) throw Unsupported("decode attention needs a context of at least one token");
+  if (a.S == 0) throw Unsupported("decode attention needs at least one new token per sequence");
+  for (std::uint64_t b = 0; a.lengths && b < a.B; ++b)
+    if (a.lengths[b] < a.S || a.lengths[b] > a.L)
+      throw Unsupported("decode attention: sequence " + std::to_string(b) + "'s context of " +
+                        std::to_string(a.lengths[b]) + " tokens must hold the step's " + std::to_string(a.S) +
+                        " new tokens and fit the cache's " + std::to_string(a.L));
+  if (!a.lengths && a.L < a.S)
+    throw Unsupported("decode attention: a context of " + std::to_string(a.L) + " tokens cannot hold " +
+                      std::to_string(a.S) + " new tokens");
   if (a.kv_fp8) {
     switch (a.t) {
       case DType::fp32: run<float, simd::Fp8E4M3>(a); return;
@@ -230,13 +257,20 @@ class CpuDecodeAttention final : public CpuOp {
         r_(r),
         s_(AttentionShape::of(r.shape)),
         paged_(r.kind == kDecodeAttentionPaged),
-        kv_t_(decode_attention_kv_dtype(r)) {
+        kv_t_(decode_attention_kv_dtype(r)),
+        S_(decode_attention_new_tokens(r)),
+        Lmax_(decode_attention_max_length(r)) {
     const auto e = element_bytes(r.dtype), c = element_bytes(kv_t_);
-    q_ = HostBuffer(mul({s_.B, s_.Hq, s_.D, e}));
-    out_ = HostBuffer(mul({s_.B, s_.Hq, s_.D, e}));
-    fill(q_, r.dtype, s_.B * s_.Hq * s_.D, r.seed + 1);
+    if (decode_attention_context_dist(r).ragged()) {
+      lengths_ = decode_attention_lengths(r);
+      track(lengths_.data(), lengths_.size() * sizeof(std::uint64_t));
+    }
+    const std::uint64_t q_elems = mul({s_.B, S_, s_.Hq, s_.D}, "query elements");
+    q_ = HostBuffer(q_elems * e);
+    out_ = HostBuffer(q_elems * e);
+    fill(q_, r.dtype, q_elems, r.seed + 1);
     std::memset(out_.get(), 0, out_.bytes());
-    const std::uint64_t n = mul({s_.B, s_.Hkv, s_.L, s_.D}, "KV-cache elements");
+    const std::uint64_t n = mul({s_.B, s_.Hkv, Lmax_, s_.D}, "KV-cache elements");
     // K and V are generated by logical position, so a paged and a contiguous op
     // with the same seed hold the same data.
     HostBuffer k(n * c), v(n * c);
@@ -251,15 +285,15 @@ class CpuDecodeAttention final : public CpuOp {
       v_ = std::move(v);
     } else {
       P_ = r.params["page_size"];
-      pps_ = pages_per_sequence(s_.L, P_);
+      pps_ = pages_per_sequence(Lmax_, P_);
       bt_ = scattered_block_table(s_.B, pps_, r.seed + 4);
       const std::uint64_t pool = mul({s_.B * pps_, s_.Hkv, P_, s_.D, c}, "page pool bytes");
       k_ = HostBuffer(pool);
       v_ = HostBuffer(pool);
       std::memset(k_.get(), 0, pool);
       std::memset(v_.get(), 0, pool);
-      scatter_to_pages(k.as<unsigned char>(), k_.as<unsigned char>(), bt_, s_.B, s_.Hkv, s_.L, s_.D, P_, pps_, c);
-      scatter_to_pages(v.as<unsigned char>(), v_.as<unsigned char>(), bt_, s_.B, s_.Hkv, s_.L, s_.D, P_, pps_, c);
+      scatter_to_pages(k.as<unsigned char>(), k_.as<unsigned char>(), bt_, s_.B, s_.Hkv, Lmax_, s_.D, P_, pps_, c);
+      scatter_to_pages(v.as<unsigned char>(), v_.as<unsigned char>(), bt_, s_.B, s_.Hkv, Lmax_, s_.D, P_, pps_, c);
       track(bt_.data(), bt_.size() * sizeof(std::int32_t));
     }
     for (const HostBuffer* b : {&q_, &k_, &v_, &out_}) track(b->get(), b->bytes());
@@ -275,10 +309,12 @@ class CpuDecodeAttention final : public CpuOp {
     a.B = s_.B;
     a.Hq = s_.Hq;
     a.Hkv = s_.Hkv;
-    a.L = s_.L;
+    a.L = Lmax_;
     a.D = s_.D;
     a.page_size = P_;
     a.pages_per_seq = pps_;
+    a.S = S_;
+    a.lengths = lengths_.empty() ? nullptr : lengths_.data();
     a.t = r_.dtype;
     if (kv_t_ == DType::fp8) {
       a.kv_fp8 = true;
@@ -295,10 +331,13 @@ class CpuDecodeAttention final : public CpuOp {
     std::vector<float> got;
     std::vector<double> want;
     std::vector<float> o(D);
-    for (auto [b, hq] : sample_positions(s_.B, s_.Hq, 64, r_.seed)) {
-      const std::uint64_t h = hq / group;
+    // Sampled (sequence, new token) rows and query heads; new token i of a
+    // sequence of len tokens sees its first len - S + 1 + i.
+    for (auto [bs, hq] : sample_positions(s_.B * S_, s_.Hq, 64, r_.seed)) {
+      const std::uint64_t b = bs / S_, i = bs % S_, h = hq / group;
+      const std::uint64_t seen = (lengths_.empty() ? s_.L : lengths_[b]) - S_ + 1 + i;
       auto addr = [&](const HostBuffer& base, std::uint64_t l) -> const unsigned char* {
-        if (!paged_) return base.as<unsigned char>() + ((b * s_.Hkv + h) * s_.L + l) * D * c;
+        if (!paged_) return base.as<unsigned char>() + ((b * s_.Hkv + h) * Lmax_ + l) * D * c;
         const auto page = static_cast<std::uint64_t>(bt_[b * pps_ + l / P_]);
         return base.as<unsigned char>() + ((page * s_.Hkv + h) * P_ + l % P_) * D * c;
       };
@@ -309,13 +348,13 @@ class CpuDecodeAttention final : public CpuOp {
         for (auto& x : buf) x *= sc;
         return buf.data();
       };
-      const auto q = reference::to_float(q_.as<unsigned char>() + (b * s_.Hq + hq) * D * e, r_.dtype, D);
+      const auto q = reference::to_float(q_.as<unsigned char>() + (bs * s_.Hq + hq) * D * e, r_.dtype, D);
       std::vector<float> kbuf, vbuf;
       reference::decode_attention_head(
-          q.data(), s_.L, D, 1.0f / std::sqrt(static_cast<float>(D)),
+          q.data(), seen, D, 1.0f / std::sqrt(static_cast<float>(D)),
           [&](std::uint64_t l) { return dequantized(addr(k_, l), ks, kbuf); },
           [&](std::uint64_t l) { return dequantized(addr(v_, l), vs, vbuf); }, o.data());
-      const auto out = reference::to_float(out_.as<unsigned char>() + (b * s_.Hq + hq) * D * e, r_.dtype, D);
+      const auto out = reference::to_float(out_.as<unsigned char>() + (bs * s_.Hq + hq) * D * e, r_.dtype, D);
       got.insert(got.end(), out.begin(), out.end());
       want.insert(want.end(), o.begin(), o.end());
     }
@@ -323,16 +362,22 @@ class CpuDecodeAttention final : public CpuOp {
                                 r_.kind + (kv_t_ == DType::fp8 ? " fp8 cache" : "") + " (B=" + std::to_string(s_.B) +
                                     " Hq=" + std::to_string(s_.Hq) +
                                     " Hkv=" + std::to_string(s_.Hkv) + " L=" + std::to_string(s_.L) +
-                                    " D=" + std::to_string(D) + ")");
+                                    " D=" + std::to_string(D) + " S=" + std::to_string(S_) +
+                                    (lengths_.empty() ? "" : " contexts " + decode_attention_context_dist(r_).text()) +
+                                    ")");
   }
 
-  std::vector<float> output_values() override { return reference::to_float(out_.get(), r_.dtype, s_.B * s_.Hq * s_.D); }
+  std::vector<float> output_values() override {
+    return reference::to_float(out_.get(), r_.dtype, s_.B * S_ * s_.Hq * s_.D);
+  }
 
  private:
   OpRequest r_;
   AttentionShape s_;
   bool paged_ = false;
   DType kv_t_;
+  std::uint64_t S_ = 1, Lmax_ = 0;       // new tokens per sequence; the longest context (the cache's stride)
+  std::vector<std::uint64_t> lengths_;  // each sequence's context when ragged, else empty
   std::uint64_t P_ = 0, pps_ = 0;
   std::vector<std::int32_t> bt_;
   std::vector<float> scales_;  // fp8 cache: K's scale per KV head, then V's
@@ -368,7 +413,9 @@ PHASEBENCH_CPU_OPS(decode_attention) {
   registry.add({kDecodeAttentionPaged, Impl::own, types, applies, shape_limits,
                 [](const OpRequest& r, const CpuEnv&) {
                   const auto s = AttentionShape::of(r.shape);
-                  return mul({2, s.B, s.Hkv, s.L, s.D, element_bytes(decode_attention_kv_dtype(r))}, "KV-cache bytes");
+                  return mul({2, s.B, s.Hkv, decode_attention_max_length(r), s.D,
+                              element_bytes(decode_attention_kv_dtype(r))},
+                             "KV-cache bytes");
                 },
                 prepare});
 }

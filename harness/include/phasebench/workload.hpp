@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "phasebench/dtype.hpp"
 #include "phasebench/shape.hpp"
@@ -99,15 +100,26 @@ struct AttentionShape {
   static AttentionShape of(const Shape& s) { return {s["B"], s["Hq"], s["Hkv"], s["L"], s["D"]}; }
   Shape shape() const { return {{"B", B}, {"Hq", Hq}, {"Hkv", Hkv}, {"L", L}, {"D", D}}; }
 };
+// The queries of a decode step: S new tokens per sequence (speculative
+// verification: causal within them) over per-sequence contexts `lengths` (a
+// ragged batch; each includes the step's S tokens and is at least S; empty: all
+// L). Query s of sequence b attends to its first L_b - S + 1 + s tokens.
+struct DecodeQueries {
+  std::uint64_t S = 1;
+  std::vector<std::uint64_t> lengths;
+};
 // c: KV-cache element bytes (1: fp8 e4m3, with kv_scale_bytes of scales), a:
-// query and output element bytes.
-OpCost decode_attention_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a);
+// query and output element bytes. FLOPs 4*Hq*D*sum_b (S*L_b - S(S-1)/2); the
+// cache is read once per sequence, c*2*Hkv*D*sum_b L_b; a*B*S*Hq*D of queries
+// read and of outputs written.
+OpCost decode_attention_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a, const DecodeQueries& q = {});
 // An 8-bit KV cache is stored with one fp32 scale per KV head for K and one for V
 // (value = e4m3 x scale); 16-bit caches have none.
 std::uint64_t kv_scale_bytes(std::uint64_t Hkv, std::uint64_t c);
 // Paged cache: the same KV bytes plus each sequence's block table (int32 per page).
 std::uint64_t pages_per_sequence(std::uint64_t L, std::uint64_t page_size);
-OpCost decode_attention_paged_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a, std::uint64_t page_size);
+OpCost decode_attention_paged_cost(const AttentionShape& s, std::uint64_t c, std::uint64_t a, std::uint64_t page_size,
+                                   const DecodeQueries& q = {});
 
 // Causal self-attention over S prompt tokens with no cached prefix (L ignored).
 struct PrefillAttentionShape {

@@ -4,7 +4,12 @@
 // over a contiguous cache [B, Hkv, L, D] or a paged one (pages [P, Hkv, page, D]
 // plus an int32 block table per sequence). One sweep group: batch x context,
 // contiguous and paged, for the attention models.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
 #include "phasebench/checked.hpp"
+#include "phasebench/error.hpp"
 #include "phasebench/ops/attention.hpp"
 
 namespace phasebench {
@@ -26,26 +31,89 @@ OpRequest decode_attention_request(const AttentionShape& s, DType dtype, bool pa
 
 DType decode_attention_kv_dtype(const OpRequest& r) { return r.params.get("kv_fp8", 0) ? DType::fp8 : r.dtype; }
 
+void set_decode_steps(OpRequest& r, std::uint64_t S, const ContextDist& dist) {
+  if (S == 0) throw InputError("--new-tokens: a decode step has at least 1 new token per sequence");
+  r.params.set("new_tokens", S);
+  r.params.set("context_dist", static_cast<std::uint64_t>(dist.kind));
+  // The distribution's parameter in millionths (F of uniform, SIG of lognormal).
+  r.params.set("context_dist_ppm", static_cast<std::uint64_t>(std::llround(dist.value * 1e6)));
+  decode_attention_lengths(r);  // InputError when the contexts cannot hold S tokens
+}
+
+std::uint64_t decode_attention_new_tokens(const OpRequest& r) { return std::max<std::uint64_t>(1, r.params.get("new_tokens", 1)); }
+
+ContextDist decode_attention_context_dist(const OpRequest& r) {
+  const auto kind = r.params.get("context_dist", 0);
+  if (kind > 2) throw std::logic_error("decode attention: context distribution kind " + std::to_string(kind));
+  return {static_cast<ContextDist::Kind>(kind), static_cast<double>(r.params.get("context_dist_ppm", 0)) / 1e6};
+}
+
+std::vector<std::uint64_t> decode_attention_lengths(const OpRequest& r) {
+  const auto s = AttentionShape::of(r.shape);
+  return draw_context_lengths(s.B, s.L, decode_attention_context_dist(r), r.seed, decode_attention_new_tokens(r));
+}
+
+std::uint64_t decode_attention_max_length(const OpRequest& r) {
+  if (!decode_attention_context_dist(r).ragged()) return AttentionShape::of(r.shape).L;
+  const auto l = decode_attention_lengths(r);
+  return l.empty() ? 0 : *std::max_element(l.begin(), l.end());
+}
+
+DecodeQueries decode_attention_queries(const OpRequest& r) {
+  DecodeQueries q;
+  q.S = decode_attention_new_tokens(r);
+  if (decode_attention_context_dist(r).ragged()) q.lengths = decode_attention_lengths(r);
+  return q;
+}
+
 namespace {
 
 OpCost contiguous_cost(const OpRequest& r) {
   return decode_attention_cost(AttentionShape::of(r.shape), element_bytes(decode_attention_kv_dtype(r)),
-                               element_bytes(r.dtype));
+                               element_bytes(r.dtype), decode_attention_queries(r));
 }
 
 OpCost paged_cost(const OpRequest& r) {
   return decode_attention_paged_cost(AttentionShape::of(r.shape), element_bytes(decode_attention_kv_dtype(r)),
-                                     element_bytes(r.dtype), r.params["page_size"]);
+                                     element_bytes(r.dtype), r.params["page_size"], decode_attention_queries(r));
 }
 
-// The page pools hold whole pages: the last page of each sequence is allocated in full.
+// A ragged contiguous cache is allocated at the longest context for every sequence.
+std::uint64_t contiguous_footprint(const OpRequest& r) {
+  const auto s = AttentionShape::of(r.shape);
+  const auto c = element_bytes(decode_attention_kv_dtype(r));
+  const auto cost = contiguous_cost(r);
+  return add(add(mul({c, 2, s.B, s.Hkv, decode_attention_max_length(r), s.D}, "KV bytes"), kv_scale_bytes(s.Hkv, c)),
+             cost.bytes.activations + cost.bytes.writes);
+}
+
+// The page pools hold whole pages: the last page of each sequence is allocated
+// in full, and every sequence as many pages as the longest.
 std::uint64_t paged_footprint(const OpRequest& r) {
   const auto s = AttentionShape::of(r.shape);
   const auto P = r.params["page_size"], c = element_bytes(decode_attention_kv_dtype(r));
-  const auto pages = mul(s.B, pages_per_sequence(s.L, P), "pages");
+  const auto pages = mul(s.B, pages_per_sequence(decode_attention_max_length(r), P), "pages");
   const auto cost = paged_cost(r);
   return add(add(mul({c, 2, pages, s.Hkv, P, s.D}, "paged KV bytes"), kv_scale_bytes(s.Hkv, c)),
              add(cost.bytes.activations + cost.bytes.writes, mul(4, pages)));
+}
+
+// The shape's dimensions, then S when more than one new token, and the drawn
+// contexts (shortest, mean, longest) when ragged.
+nlohmann::json shape_json(const OpRequest& r) {
+  const auto s = AttentionShape::of(r.shape);
+  nlohmann::json j{{"B", s.B}, {"Hq", s.Hq}, {"Hkv", s.Hkv}, {"L", s.L}, {"D", s.D}};
+  if (const auto S = decode_attention_new_tokens(r); S > 1) j["S"] = S;
+  if (const auto d = decode_attention_context_dist(r); d.ragged()) {
+    const auto l = decode_attention_lengths(r);
+    double sum = 0;
+    for (auto x : l) sum += static_cast<double>(x);
+    j["context_dist"] = d.text();
+    j["L_min"] = *std::min_element(l.begin(), l.end());
+    j["L_mean"] = sum / static_cast<double>(l.size());
+    j["L_max"] = *std::max_element(l.begin(), l.end());
+  }
+  return j;
 }
 
 }  // namespace
@@ -54,10 +122,12 @@ std::uint64_t paged_footprint(const OpRequest& r) {
 
 PHASEBENCH_DECLARE_OPS(decode_attention) {
   using namespace phasebench;
-  registry.declare(OpDecl{kDecodeAttention, {"B", "Hq", "Hkv", "L", "D"}, {"splits", "kv_fp8"}, contiguous_cost,
-                          [](const OpRequest& r) { return contiguous_cost(r).bytes.total(); }, {}});
-  registry.declare(OpDecl{kDecodeAttentionPaged, {"B", "Hq", "Hkv", "L", "D"}, {"page_size", "splits", "kv_fp8"},
-                          paged_cost, paged_footprint, {}});
+  registry.declare(OpDecl{kDecodeAttention, {"B", "Hq", "Hkv", "L", "D"},
+                          {"splits", "kv_fp8", "new_tokens", "context_dist", "context_dist_ppm"}, contiguous_cost,
+                          contiguous_footprint, shape_json});
+  registry.declare(OpDecl{kDecodeAttentionPaged, {"B", "Hq", "Hkv", "L", "D"},
+                          {"page_size", "splits", "kv_fp8", "new_tokens", "context_dist", "context_dist_ppm"},
+                          paged_cost, paged_footprint, shape_json});
   // Each shape with the cache in the run's dtype, then in fp8 e4m3 (kv_bits:8 in
   // the name), where the backend takes it: the bytes halve, the roofline shows it.
   registry.group(SweepGroup{
@@ -84,6 +154,70 @@ PHASEBENCH_DECLARE_OPS(decode_attention) {
                 pts.push_back(make_point("decode", paged ? "attention_paged" : "attention", m.name, "", m.name, r, args,
                                          false));
               }
+        }
+        return pts;
+      }});
+
+  // Multi-token decode steps (speculative verification of S drafted tokens,
+  // causal within them) and ragged batches (contexts drawn around L), each with
+  // its baseline of one token over fixed contexts, contiguous and paged.
+  registry.axis(AxisDecl{"new_tokens", "--new-tokens", "PHASEBENCH_NEW_TOKENS",
+                         "new tokens per sequence in a multi-token decode step (speculative verification), 1..16", false,
+                         {2, 4, 8}, {4}, [](const std::vector<std::uint64_t>& v) {
+                           for (auto x : v)
+                             if (x == 0 || x > 16)
+                               throw InputError("--new-tokens must be between 1 and 16, got " + std::to_string(x));
+                         }});
+  AxisDecl dist_axis{"context_dist", "--context-dist", "PHASEBENCH_CONTEXT_DIST",
+                     "how contexts spread within a decode batch: fixed, uniform:F or lognormal:SIG (mean the context)",
+                     false, {}, {}, {}};
+  dist_axis.text = true;
+  dist_axis.gpu_text = {"uniform:0.5", "lognormal:1"};
+  dist_axis.cpu_text = {"lognormal:1"};
+  dist_axis.check_text = [](const std::vector<std::string>& v) {
+    for (const auto& t : v) parse_context_dist(t);
+  };
+  registry.axis(dist_axis);
+  registry.axis(AxisDecl{"multi_batches", "--multi-batches", "PHASEBENCH_MULTI_BATCHES",
+                         "batch sizes of the multi-token and ragged decode attention points", false, {1, 32}, {8}, {}});
+  registry.axis(AxisDecl{"multi_contexts", "--multi-contexts", "PHASEBENCH_MULTI_CONTEXTS",
+                         "(mean) contexts of the multi-token and ragged decode attention points", false, {4096}, {1024},
+                         {}});
+  registry.group(SweepGroup{
+      "decode_attention_multi",
+      "decode attention with --new-tokens per sequence (causal within them) and over ragged contexts "
+      "(--context-dist), beside one token over fixed contexts, at --multi-batches x --multi-contexts",
+      31,
+      SweepGroup::Models::attention, [](const SweepScope& sc) {
+        const ModelConfig& m = *sc.model;
+        const auto P = sc.axes->one("page_size");
+        std::vector<std::uint64_t> steps{1};
+        for (auto S : (*sc.axes)["new_tokens"])
+          if (S > 1 && std::find(steps.begin(), steps.end(), S) == steps.end()) steps.push_back(S);
+        std::vector<ContextDist> dists{ContextDist{}};
+        for (const auto& t : sc.axes->text("context_dist")) {
+          const auto d = parse_context_dist(t);
+          if (std::find(dists.begin(), dists.end(), d) == dists.end()) dists.push_back(d);
+        }
+        std::vector<Point> pts;
+        for (const bool paged : {false, true}) {
+          if (sc.impls(decode_attention_request({1, m.heads, m.kv_heads, 1, m.head_dim}, sc.dtype, paged, P), false)
+                  .empty())
+            continue;
+          for (auto B : (*sc.axes)["multi_batches"])
+            for (auto L : (*sc.axes)["multi_contexts"])
+              for (auto S : steps)
+                for (const auto& d : dists) {
+                  if (S > L) continue;  // the context cannot hold the step's tokens
+                  auto r = decode_attention_request({B, m.heads, m.kv_heads, L, m.head_dim}, sc.dtype, paged, P);
+                  set_decode_steps(r, S, d);
+                  std::vector<PointArg> args{{"batch", B, "batch"}, {"context", L, "context"}};
+                  if (paged) args.push_back({"page_size", P, "page"});
+                  args.push_back({"new_tokens", S, "new_tokens"});
+                  args.push_back({"context_dist", 0, "context_dist", d.text()});
+                  pts.push_back(make_point("decode", paged ? "attention_paged" : "attention", m.name, "", m.name, r,
+                                           args, false));
+                }
         }
         return pts;
       }});

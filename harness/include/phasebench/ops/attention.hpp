@@ -3,6 +3,9 @@
 // prefill_attention.cpp): decode attention over a contiguous or paged KV cache,
 // and causal prefill attention.
 #include <cstdint>
+#include <vector>
+
+#include "phasebench/context_dist.hpp"
 
 #include "phasebench/op.hpp"
 
@@ -19,6 +22,22 @@ OpRequest decode_attention_request(const AttentionShape& s, DType dtype, bool pa
                                    std::uint64_t splits = 0, std::uint64_t seed = 0x5eed, bool kv_fp8 = false);
 // The KV cache's element type of a decode attention request: fp8 or its dtype.
 DType decode_attention_kv_dtype(const OpRequest& r);
+
+// Multi-token and ragged decode steps (docs/design.md): S new tokens per
+// sequence, causal within them (params new_tokens), over contexts drawn from
+// `dist` around the shape's L (params context_dist, context_dist_ppm; the draw
+// comes from the request's seed). Queries and outputs are [B, S, Hq, D]; a
+// contiguous cache is [B, Hkv, max L_b, D], a paged one has max_b
+// pages_per_sequence(L_b) block-table entries per sequence. InputError when S is
+// 0 or the drawn contexts cannot hold S tokens.
+void set_decode_steps(OpRequest& r, std::uint64_t S, const ContextDist& dist);
+std::uint64_t decode_attention_new_tokens(const OpRequest& r);  // S, 1 when not set
+ContextDist decode_attention_context_dist(const OpRequest& r);
+// Each sequence's context (B of them, all L when fixed), and the largest.
+std::vector<std::uint64_t> decode_attention_lengths(const OpRequest& r);
+std::uint64_t decode_attention_max_length(const OpRequest& r);
+// The step's queries for the cost formulas (lengths empty when fixed).
+DecodeQueries decode_attention_queries(const OpRequest& r);
 OpRequest prefill_attention_request(const PrefillAttentionShape& s, DType dtype, Impl impl, std::uint64_t seed = 0x5eed);
 
 }  // namespace phasebench
