@@ -54,12 +54,16 @@ struct PagedKV {
 };
 
 // F8: the cache holds fp8 e4m3 (8 bytes per lane and token) with per-head scales.
+// A CTA computes GT of the S*G query rows of its KV head, row r being new token
+// r / G of query head kvh*G + r % G; every row sees the keys before its own
+// position (len_b - S + 1 + r / G of them), so the S new tokens are causal among
+// themselves and share each K/V load.
 template <class Tag, int D, int GT, int U, class KV, bool F8>
 __global__ void __launch_bounds__(kThreads)
     decode_attention_kernel(const std::uint16_t* __restrict__ q, std::uint16_t* __restrict__ out,
                             const void* __restrict__ kc, const void* __restrict__ vc, KV kv,
                             const float* __restrict__ kv_scales, float* __restrict__ part, int Hq, int Hkv, int G, int L,
-                            int chunk, int splits, float qscale) {
+                            int S, const int* __restrict__ lengths, int chunk, int splits, float qscale) {
   using Vec = std::conditional_t<F8, uint2, uint4>;  // 8 elements of the cache
   constexpr int kElemBytes = F8 ? 1 : 2;
   constexpr int LPT = D / 8;        // lanes per token: 8, 16, 32
@@ -76,10 +80,20 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x >> 5;
   const int sub = lane % LPT;              // which 8 elements of D
   const int gi = warp * TPW + lane / LPT;  // lane group in the CTA
+  const int len = lengths ? __ldg(lengths + b) : L;  // this sequence's context
   const int t0 = split * chunk;
-  const int t1 = min(L, t0 + chunk);
-  const int g0 = hchunk * GT;  // first head of this chunk within the group
-  const int hq0 = kvh * G + g0;
+  const int t1 = min(len, t0 + chunk);  // past the end for the splits of a short sequence: no tokens
+  const int g0 = hchunk * GT;  // first query row of this chunk within the KV head's S*G
+  const int R = S * G;
+  // Row g's query token (b*S + new token), query head, and the keys it sees.
+  int qtok[GT], qh[GT], seen[GT];
+#pragma unroll
+  for (int g = 0; g < GT; ++g) {
+    const int r = min(g0 + g, R - 1);  // rows past R compute a copy of the last one, never stored
+    qtok[g] = b * S + r / G;
+    qh[g] = kvh * G + r % G;
+    seen[g] = len - S + 1 + r / G;
+  }
 
   // The group's queries, pre-scaled by scale*log2(e) (and K's scale for an fp8
   // cache): scores are in the log2 domain.
@@ -87,9 +101,9 @@ __global__ void __launch_bounds__(kThreads)
   float qf[GT][8];
 #pragma unroll
   for (int g = 0; g < GT; ++g) {
-    if (g0 + g < G) {
+    if (g0 + g < R) {
       const uint4 u =
-          __ldg(reinterpret_cast<const uint4*>(q + (static_cast<std::size_t>(b) * Hq + hq0 + g) * D) + sub);
+          __ldg(reinterpret_cast<const uint4*>(q + (static_cast<std::size_t>(qtok[g]) * Hq + qh[g]) * D) + sub);
       unpack8<Tag>(u, qf[g]);
 #pragma unroll
       for (int i = 0; i < 8; ++i) qf[g][i] *= qscale;
@@ -150,11 +164,14 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int g = 0; g < GT; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
+    // Tokens past the chunk, and the later new tokens a row must not see.
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (base + u * NG + gi >= t1)
+    for (int u = 0; u < U; ++u) {
+      const int t = base + u * NG + gi;
 #pragma unroll
-        for (int g = 0; g < GT; ++g) s[u][g] = kNegInf;
+      for (int g = 0; g < GT; ++g)
+        if (t >= t1 || t >= seen[g]) s[u][g] = kNegInf;
+    }
 
     // Online softmax: new running max, rescale the old state, add this step's tokens.
 #pragma unroll
@@ -224,7 +241,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int idx = threadIdx.x; idx < GT * D; idx += kThreads) {
     const int g = idx / D;
     const int d = idx % D;
-    if (g0 + g >= G) continue;
+    if (g0 + g >= R) continue;
     float M = kNegInf;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w][g]);
@@ -237,7 +254,8 @@ __global__ void __launch_bounds__(kThreads)
         A += sm_acc[w][g][d] * f;
       }
     }
-    const std::size_t row = static_cast<std::size_t>(b) * Hq + hq0 + g;
+    const int r = g0 + g;  // qtok/qh are register arrays: recomputed, not indexed by a runtime g
+    const std::size_t row = static_cast<std::size_t>(b * S + r / G) * Hq + kvh * G + r % G;
     const float vscale = F8 ? __ldg(kv_scales + Hkv + kvh) : 1.f;
     const float o = Ls > 0.f ? A / Ls * vscale : 0.f;
     if (splits == 1) {
@@ -328,7 +346,7 @@ using KvOf = std::conditional_t<Paged, PagedKV<D>, ContiguousKV<D>>;
 }  // namespace
 
 std::optional<std::string> decode_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool paged,
-                                         long long page_size) {
+                                                        long long page_size, long long S) {
   if (dtype != DType::bf16 && dtype != DType::fp16)
     return "decode attention: dtype " + std::string(to_string(dtype)) + " is not supported on CUDA; use bf16 or fp16";
   if (D != 64 && D != 128 && D != 256)
@@ -336,7 +354,9 @@ std::optional<std::string> decode_attention_unsupported(DType dtype, long long H
   if (Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0)
     return "decode attention: query heads (" + std::to_string(Hq) + ") must be a positive multiple of kv heads (" +
            std::to_string(Hkv) + ")";
-  if (Hkv * decode_head_chunks(static_cast<int>(std::min<long long>(Hq / Hkv, 1 << 20))) > 65535)
+  if (S < 1 || S > 16)
+    return "decode attention: " + std::to_string(S) + " new tokens per sequence; use 1 to 16";
+  if (Hkv * decode_head_chunks(static_cast<int>(std::min<long long>(S * (Hq / Hkv), 1 << 20))) > 65535)
     return "decode attention: too many kv heads x head chunks for one grid dimension (at most 65535)";
   if (paged && (page_size < 16 || page_size % 16 != 0))
     return "decode attention: page size " + std::to_string(page_size) + " is not supported; use a multiple of 16";
@@ -393,9 +413,9 @@ std::size_t decode_attention_workspace_floats(int B, int Hq, int D, int splits) 
 }
 
 DecodeSplitPlan plan_decode_splits(DType dtype, int B, int Hq, int Hkv, int L, int D, int page_size,
-                                   std::uint64_t requested, int sm_count, bool kv_fp8) {
+                                   std::uint64_t requested, int sm_count, bool kv_fp8, int S) {
   const bool paged = page_size > 0;
-  const int G = Hq / Hkv, align = paged ? page_size : 64;
+  const int G = S * (Hq / Hkv), align = paged ? page_size : 64;  // G: query rows per KV head
   DecodeSplitPlan plan;
   int splits = 1;
   if (requested == 0)
@@ -406,13 +426,15 @@ DecodeSplitPlan plan_decode_splits(DType dtype, int B, int Hq, int Hkv, int L, i
                                                        static_cast<std::uint64_t>(kMaxDecodeSplits)}));
   plan.chunk = decode_split_chunk(L, splits, align);
   plan.splits = (L + plan.chunk - 1) / plan.chunk;
-  plan.workspace_floats = decode_attention_workspace_floats(B, Hq, D, plan.splits);
+  plan.workspace_floats = decode_attention_workspace_floats(B * S, Hq, D, plan.splits);
   return plan;
 }
 
 void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStream_t stream) {
   const bool paged = p.block_table != nullptr;
-  if (auto why = decode_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, paged, p.page_size)) throw Unsupported(*why);
+  if (auto why = decode_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, paged, p.page_size, p.S))
+    throw Unsupported(*why);
+  if (p.L < p.S) throw Unsupported("decode attention: the context cannot hold the step's new tokens");
   if (p.B <= 0 || p.L <= 0) throw Unsupported("decode attention: batch and context must be >= 1");
   if (p.B > 65535) throw Unsupported("decode attention: batch " + std::to_string(p.B) + " exceeds 65535");
   if (p.splits < 1 || p.splits > kMaxDecodeSplits || chunk < 1 ||
@@ -421,8 +443,8 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
   if (p.splits > 1 && p.workspace == nullptr) throw std::logic_error("decode attention: split-KV needs a workspace");
   if (p.kv_fp8 && p.kv_scales == nullptr) throw std::logic_error("decode attention: an fp8 cache needs its scales");
   const int G = p.Hq / p.Hkv;
-  const int GT = decode_heads_per_cta(G);
-  const int chunks = decode_head_chunks(G);
+  const int GT = decode_heads_per_cta(p.S * G);
+  const int chunks = decode_head_chunks(p.S * G);
   const float qscale = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(p.D)));
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.Hkv * chunks), static_cast<unsigned>(p.B));
   const auto* q = static_cast<const std::uint16_t*>(p.q);
@@ -441,10 +463,10 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
       kv = ContiguousKV<Dv>{p.Hkv, p.L};
     }
     decode_attention_kernel<Tag, Dv, GTv, U, KvOf<Dv, Pg>, F8><<<grid, kThreads, 0, stream>>>(
-        q, out, p.k, p.v, kv, p.kv_scales, p.workspace, p.Hq, p.Hkv, G, p.L, chunk, p.splits, qscale);
+        q, out, p.k, p.v, kv, p.kv_scales, p.workspace, p.Hq, p.Hkv, G, p.L, p.S, p.lengths, chunk, p.splits, qscale);
     PB_CUDA_CHECK_LAUNCH("decode_attention_kernel");
     if (p.splits > 1) {
-      const unsigned rows = static_cast<unsigned>(p.B * p.Hq);
+      const unsigned rows = static_cast<unsigned>(p.B * p.S * p.Hq);
       decode_reduce_kernel<Tag><<<rows, Dv, p.splits * sizeof(float), stream>>>(p.workspace, out, p.splits, Dv);
       PB_CUDA_CHECK_LAUNCH("decode_reduce_kernel");
     }
@@ -460,23 +482,28 @@ DecodeSplitPlan split_plan(const Context& ctx, const OpRequest& r) {
   const auto a = AttentionShape::of(r.shape);
   const int page_size = r.kind == kDecodeAttentionPaged ? static_cast<int>(r.params["page_size"]) : 0;
   return plan_decode_splits(r.dtype, static_cast<int>(a.B), static_cast<int>(a.Hq), static_cast<int>(a.Hkv),
-                            static_cast<int>(a.L), static_cast<int>(a.D), page_size, r.params.get("splits", 0),
-                            ctx.sm_count, decode_attention_kv_dtype(r) == DType::fp8);
+                            static_cast<int>(decode_attention_max_length(r)), static_cast<int>(a.D), page_size,
+                            r.params.get("splits", 0), ctx.sm_count, decode_attention_kv_dtype(r) == DType::fp8,
+                            static_cast<int>(decode_attention_new_tokens(r)));
 }
 
 std::optional<std::string> request_unsupported(const OpRequest& r, const Context&) {
   const auto a = AttentionShape::of(r.shape);
   const bool paged = r.kind == kDecodeAttentionPaged;
   const std::uint64_t P = paged ? r.params["page_size"] : 0;
+  const auto S = decode_attention_new_tokens(r);
   if (auto why = decode_attention_unsupported(r.dtype, static_cast<long long>(a.Hq), static_cast<long long>(a.Hkv),
-                                              static_cast<long long>(a.D), paged, static_cast<long long>(P)))
+                                              static_cast<long long>(a.D), paged, static_cast<long long>(P),
+                                              static_cast<long long>(std::min<std::uint64_t>(S, 1 << 20))))
     return why;
   if (a.B == 0 || a.L == 0) return std::string("decode attention: batch and context must be >= 1");
+  if (decode_attention_max_length(r) > static_cast<std::uint64_t>(INT_MAX))
+    return std::string("decode attention: contexts past 2^31 tokens");
   if (a.B > 65535) return "decode attention: batch " + std::to_string(a.B) + " exceeds 65535 (a grid dimension)";
   if (r.params.get("splits", 0) > static_cast<std::uint64_t>(kMaxDecodeSplits))
     return "decode attention: " + std::to_string(r.params["splits"]) + " splits requested; at most " +
            std::to_string(kMaxDecodeSplits);
-  if (paged && a.B * pages_per_sequence(a.L, P) > static_cast<std::uint64_t>(INT_MAX))
+  if (paged && a.B * pages_per_sequence(decode_attention_max_length(r), P) > static_cast<std::uint64_t>(INT_MAX))
     return std::string("decode attention (paged): more than 2^31 pages");
   return std::nullopt;
 }
@@ -489,14 +516,17 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     B_ = static_cast<int>(a.B);  // cannot_run checked that every dimension fits in int
     Hq_ = static_cast<int>(a.Hq);
     Hkv_ = static_cast<int>(a.Hkv);
-    L_ = static_cast<int>(a.L);
+    L_ = static_cast<int>(decode_attention_max_length(r));
     D_ = static_cast<int>(a.D);
+    S_ = static_cast<int>(decode_attention_new_tokens(r));
+    if (decode_attention_context_dist(r).ragged())
+      for (auto l : decode_attention_lengths(r)) lengths_.push_back(static_cast<int>(l));
     const std::size_t es = element_bytes(r.dtype), cs = element_bytes(kv_t_);
-    const std::size_t q_elems = static_cast<std::size_t>(B_) * Hq_ * D_;
+    const std::size_t q_elems = static_cast<std::size_t>(B_) * S_ * Hq_ * D_;
     std::size_t kv_elems = static_cast<std::size_t>(B_) * Hkv_ * L_ * D_;
     if (paged_) {
       P_ = static_cast<int>(r.params["page_size"]);
-      pps_ = static_cast<int>(pages_per_sequence(a.L, r.params["page_size"]));
+      pps_ = static_cast<int>(pages_per_sequence(static_cast<std::uint64_t>(L_), r.params["page_size"]));
       kv_elems = static_cast<std::size_t>(B_) * pps_ * Hkv_ * P_ * D_;
     }
     const DecodeSplitPlan plan = split_plan(ctx, r);
@@ -515,6 +545,10 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
       PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // `scales` goes out of scope
     }
     if (ws_floats) ws_ = DeviceBuffer(ws_floats * sizeof(float));
+    if (!lengths_.empty()) {
+      lengths_dev_ = DeviceBuffer(lengths_.size() * sizeof(int));
+      upload(lengths_dev_.get(), lengths_.data(), lengths_dev_.bytes(), ctx.stream);
+    }
     fill_random(q_.get(), r.dtype, q_elems, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
     PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
     if (paged_) {
@@ -549,6 +583,8 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     p_.D = D_;
     p_.page_size = P_;
     p_.pages_per_seq = pps_;
+    p_.S = S_;
+    p_.lengths = lengths_.empty() ? nullptr : lengths_dev_.as<int>();
     p_.splits = splits;
     p_.workspace = ws_floats ? ws_.as<float>() : nullptr;
     p_.kv_fp8 = kv_t_ == DType::fp8;
@@ -566,16 +602,18 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     const std::size_t D = static_cast<std::size_t>(D_), L = static_cast<std::size_t>(L_);
     const auto scales = kv_t_ == DType::fp8 ? reference::kv_head_scales(static_cast<std::size_t>(Hkv_))
                                             : std::vector<float>(2 * static_cast<std::size_t>(Hkv_), 1.0f);
-    const std::size_t q_elems = static_cast<std::size_t>(B_) * Hq_ * D;
+    const std::size_t q_elems = static_cast<std::size_t>(B_) * S_ * Hq_ * D;
     const std::vector<float> q = download_as_float(q_.get(), t, q_elems, ctx_.stream);
     const std::vector<float> out = download_as_float(out_.get(), t, q_elems, ctx_.stream);
     const int G = Hq_ / Hkv_;
-    // (batch, kv head) pairs, each checked for all G of its query heads: all of them
-    // when there are at most 256 query heads in all, else a spread incl. the first and
-    // the last; fewer when the context is long (about 2^26 reference elements per cache).
+    // (batch, kv head) pairs, each checked for all S*G of its query rows: all of
+    // them when there are at most 256 query rows in all, else a spread incl. the
+    // first and the last; fewer when the context is long (about 2^26 reference
+    // elements per cache).
     const std::uint64_t pairs_total = static_cast<std::uint64_t>(B_) * Hkv_;
-    const std::uint64_t by_heads = std::max<std::uint64_t>(2, (256 + G - 1) / G);
-    const std::uint64_t by_work = std::max<std::uint64_t>(2, (std::uint64_t{1} << 26) / (L * D));
+    const std::uint64_t rows = static_cast<std::uint64_t>(S_) * G;
+    const std::uint64_t by_heads = std::max<std::uint64_t>(2, (256 + rows - 1) / rows);
+    const std::uint64_t by_work = std::max<std::uint64_t>(2, (std::uint64_t{1} << 26) / (L * D * S_));
     const auto pairs = spread_sample(pairs_total, std::min(by_heads, by_work));
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D_)));
     const reference::Tolerance tol = reference::tolerance_for(t);
@@ -583,55 +621,59 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     std::vector<float> ref(D);
     for (const std::uint64_t pair : pairs) {
       const std::size_t b = pair / Hkv_, h = pair % Hkv_;
-      // K and V of (b, h) as [L, D], read back from the device through the layout.
+      const std::size_t len = lengths_.empty() ? L : static_cast<std::size_t>(lengths_[b]);
+      // K and V of (b, h) as [len, D], read back from the device through the layout
+      // (the contiguous cache's stride is the longest context, L).
       if (!paged_) {
         const std::size_t off = (b * Hkv_ + h) * L * D;
-        PB_CUDA_CHECK(cudaMemcpyAsync(raw.data(), byte_ptr(k_.get(), off, es), L * D * es, cudaMemcpyDeviceToHost,
+        PB_CUDA_CHECK(cudaMemcpyAsync(raw.data(), byte_ptr(k_.get(), off, es), len * D * es, cudaMemcpyDeviceToHost,
                                       ctx_.stream));
-        PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + L * D * es, byte_ptr(v_.get(), off, es), L * D * es,
+        PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + len * D * es, byte_ptr(v_.get(), off, es), len * D * es,
                                       cudaMemcpyDeviceToHost, ctx_.stream));
       } else {
         const std::size_t P = static_cast<std::size_t>(P_);
-        for (std::size_t lp = 0; lp < static_cast<std::size_t>(pps_); ++lp) {
+        for (std::size_t lp = 0; lp * P < len; ++lp) {
           const std::size_t page = static_cast<std::size_t>(bt_host_[b * pps_ + lp]);
-          const std::size_t tokens = std::min(P, L - lp * P);
+          const std::size_t tokens = std::min(P, len - lp * P);
           const std::size_t off = (page * Hkv_ + h) * P * D;
           PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + lp * P * D * es, byte_ptr(k_.get(), off, es), tokens * D * es,
                                         cudaMemcpyDeviceToHost, ctx_.stream));
-          PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + (L + lp * P) * D * es, byte_ptr(v_.get(), off, es),
+          PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + (len + lp * P) * D * es, byte_ptr(v_.get(), off, es),
                                         tokens * D * es, cudaMemcpyDeviceToHost, ctx_.stream));
         }
       }
       PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
       // The cache's values: its elements times the head's scales (1 for a 16-bit cache).
-      std::vector<float> kv = reference::to_float(raw.data(), kv_t_, 2 * L * D);
-      for (std::size_t i = 0; i < L * D; ++i) {
+      std::vector<float> kv = reference::to_float(raw.data(), kv_t_, 2 * len * D);
+      for (std::size_t i = 0; i < len * D; ++i) {
         kv[i] *= scales[h];
-        kv[L * D + i] *= scales[static_cast<std::size_t>(Hkv_) + h];
+        kv[len * D + i] *= scales[static_cast<std::size_t>(Hkv_) + h];
       }
       const float* K = kv.data();
-      const float* V = kv.data() + L * D;
-      for (int g = 0; g < G; ++g) {
-        const std::size_t hq = h * G + g;
-        const std::size_t row = (b * Hq_ + hq) * D;
-        reference::decode_attention_head(
-            q.data() + row, L, D, scale, [&](std::size_t l) { return K + l * D; },
-            [&](std::size_t l) { return V + l * D; }, ref.data());
-        const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(row),
-                                     out.begin() + static_cast<std::ptrdiff_t>(row + D));
-        const std::vector<double> want(ref.begin(), ref.end());
-        // The kernel's own error is the output rounding (rtol) plus fp32 noise far
-        // below atol * RMS.
-        reference::check_rows_close(got, want, D, tol,
-                                    shape() + ", batch " + std::to_string(b) + ", query head " + std::to_string(hq) +
-                                        " (elements are head_dim indices)");
-      }
+      const float* V = kv.data() + len * D;
+      for (int i = 0; i < S_; ++i)
+        for (int g = 0; g < G; ++g) {
+          // New token i sees the keys up to its own position: len - S + 1 + i of them.
+          const std::size_t hq = h * G + g, seen = len - static_cast<std::size_t>(S_) + 1 + static_cast<std::size_t>(i);
+          const std::size_t row = ((b * S_ + static_cast<std::size_t>(i)) * Hq_ + hq) * D;
+          reference::decode_attention_head(
+              q.data() + row, seen, D, scale, [&](std::size_t l) { return K + l * D; },
+              [&](std::size_t l) { return V + l * D; }, ref.data());
+          const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(row),
+                                       out.begin() + static_cast<std::ptrdiff_t>(row + D));
+          const std::vector<double> want(ref.begin(), ref.end());
+          // The kernel's own error is the output rounding (rtol) plus fp32 noise far
+          // below atol * RMS.
+          reference::check_rows_close(got, want, D, tol,
+                                      shape() + ", batch " + std::to_string(b) + ", new token " + std::to_string(i) +
+                                          ", query head " + std::to_string(hq) + " (elements are head_dim indices)");
+        }
     }
   }
 
   std::vector<float> output_as_float() override {
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    return download_as_float(out_.get(), r_.dtype, static_cast<std::size_t>(B_) * Hq_ * D_, ctx_.stream);
+    return download_as_float(out_.get(), r_.dtype, static_cast<std::size_t>(B_) * S_ * Hq_ * D_, ctx_.stream);
   }
   void set_fault_injection(bool on) override { fault_ = on; }
   int splits() const override { return p_.splits; }
@@ -642,6 +684,8 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     os << (paged_ ? "decode attention (paged)" : "decode attention") << " " << to_string(r_.dtype)
        << (kv_t_ == DType::fp8 ? " fp8 cache" : "") << " B=" << B_
        << " Hq=" << Hq_ << " Hkv=" << Hkv_ << " L=" << L_ << " D=" << D_;
+    if (S_ > 1) os << " S=" << S_;
+    if (!lengths_.empty()) os << " contexts " << decode_attention_context_dist(r_).text() << " (longest " << L_ << ")";
     if (paged_) os << " page_size=" << P_;
     os << " splits=" << p_.splits;
     return os.str();
@@ -652,9 +696,11 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
   bool paged_;
   DType kv_t_;
   bool fault_ = false;
-  int B_ = 0, Hq_ = 0, Hkv_ = 0, L_ = 0, D_ = 0, P_ = 0, pps_ = 0;
+  int B_ = 0, Hq_ = 0, Hkv_ = 0, L_ = 0, D_ = 0, P_ = 0, pps_ = 0;  // L_: the longest context
+  int S_ = 1;                 // new tokens per sequence
+  std::vector<int> lengths_;  // each sequence's context when ragged, else empty
   int chunk_ = 1;
-  DeviceBuffer q_, out_, k_, v_, bt_, ws_, scales_;
+  DeviceBuffer q_, out_, k_, v_, bt_, ws_, scales_, lengths_dev_;
   std::vector<std::int32_t> bt_host_;
   DecodeAttentionParams p_;
 };

@@ -23,12 +23,17 @@ namespace phasebench::cuda {
 
 struct DecodeAttentionParams {
   DType dtype = DType::bf16;          // bf16 or fp16 (q, out, K, V alike)
-  const void* q = nullptr;            // [B, Hq, D]
-  void* out = nullptr;                // [B, Hq, D]
+  const void* q = nullptr;            // [B, S, Hq, D]
+  void* out = nullptr;                // [B, S, Hq, D]
   const void* k = nullptr;            // contiguous cache or page pool
   const void* v = nullptr;
   const std::int32_t* block_table = nullptr;  // paged only: [B, pages_per_seq]; nullptr = contiguous
-  int B = 0, Hq = 0, Hkv = 0, L = 0, D = 0;
+  int B = 0, Hq = 0, Hkv = 0, L = 0, D = 0;  // L: the longest context (a contiguous cache's stride)
+  // S new tokens per sequence, causal within them: query s of sequence b sees
+  // its first len_b - S + 1 + s tokens. The S*G query rows of a KV head are
+  // computed together, so each K/V row is read once for all of them.
+  int S = 1;
+  const int* lengths = nullptr;       // device, [B]: each sequence's context (ragged, each in [S, L]); nullptr: all L
   int page_size = 0;                  // paged only
   int pages_per_seq = 0;              // paged only
   int splits = 1;                     // chunks of the context (>= 1); > 1 needs the workspace
@@ -40,16 +45,17 @@ struct DecodeAttentionParams {
   const float* kv_scales = nullptr;   // device, [2 * Hkv], when kv_fp8
 };
 
-// Supported: D in {64, 128, 256}, Hq % Hkv == 0, bf16/fp16, page size a multiple of 16.
+// Supported: D in {64, 128, 256}, Hq % Hkv == 0, bf16/fp16, page size a multiple of 16,
+// S from 1 to 16 new tokens.
 // What is wrong and what is supported, or nothing when supported.
 std::optional<std::string> decode_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool paged,
-                                         long long page_size);
+                                                        long long page_size, long long S = 1);
 
 // Most splits of one decode (workspace and reduction size).
 constexpr int kMaxDecodeSplits = 1024;
 
-// Query heads computed per CTA for a group of G = Hq/Hkv heads (1, 2, 4 or 8),
-// and the number of head chunks per KV head.
+// Query rows computed per CTA for G = S * Hq/Hkv rows per KV head (1, 2, 4 or 8),
+// and the number of row chunks per KV head.
 int decode_heads_per_cta(int G);
 int decode_head_chunks(int G);
 
@@ -63,7 +69,8 @@ int choose_decode_splits(int B, int Hkv, int head_chunks, int L, int align, int 
 // Tokens per split for `splits` chunks of L, a multiple of `align`.
 int decode_split_chunk(int L, int splits, int align);
 
-// fp32 workspace for the partial results of `splits` > 1: B*Hq*splits*(D+1) floats.
+// fp32 workspace for the partial results of `splits` > 1: B*Hq*splits*(D+1) floats
+// (B*S query tokens for B).
 std::size_t decode_attention_workspace_floats(int B, int Hq, int D, int splits);
 
 // The split-KV plan of one decode on a device of `sm_count` SMs: `requested`
@@ -75,8 +82,9 @@ struct DecodeSplitPlan {
   int chunk = 1;  // tokens per split
   std::size_t workspace_floats = 0;
 };
+// L: the longest context; S: new tokens per sequence.
 DecodeSplitPlan plan_decode_splits(DType dtype, int B, int Hq, int Hkv, int L, int D, int page_size,
-                                   std::uint64_t requested, int sm_count, bool kv_fp8 = false);
+                                   std::uint64_t requested, int sm_count, bool kv_fp8 = false, int S = 1);
 
 // Enqueue on `stream` (no synchronisation). `chunk` tokens per split
 // (decode_split_chunk); p.splits == ceil(L / chunk).

@@ -253,6 +253,76 @@ TEST_F(DecodeAttentionMisc, UnsupportedRequestsThrowUnsupported) {
   EXPECT_THROW(cuda::make_op(ctx(), blas), Unsupported);
 }
 
+// ---- multi-token and ragged decode steps ---------------------------------------------
+
+struct StepsCase {
+  DType dtype;
+  std::uint64_t B, Hq, Hkv, L, D, S;
+  const char* dist;
+  std::uint64_t page_size, splits;
+  bool kv_fp8 = false;
+};
+std::ostream& operator<<(std::ostream& os, const StepsCase& c) {
+  return os << to_string(c.dtype) << (c.kv_fp8 ? " fp8 cache" : "") << " B=" << c.B << " Hq=" << c.Hq
+            << " Hkv=" << c.Hkv << " L=" << c.L << " D=" << c.D << " S=" << c.S << " " << c.dist
+            << " page=" << c.page_size << " splits=" << c.splits;
+}
+
+OpRequest steps_request(bool paged, const StepsCase& c) {
+  auto r = decode_request(paged, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page_size, c.splits, c.kv_fp8);
+  set_decode_steps(r, c.S, parse_context_dist(c.dist));
+  return r;
+}
+
+class DecodeSteps : public test::CudaContextTest, public ::testing::WithParamInterface<StepsCase> {};
+
+TEST_P(DecodeSteps, ContiguousAndPagedMatchReference) {
+  for (const bool paged : {false, true}) {
+    auto op = cuda::make_op(ctx(), steps_request(paged, GetParam()));
+    EXPECT_NO_THROW(op->verify()) << (paged ? "paged" : "contiguous");
+  }
+}
+
+// S*G query rows per KV head go through the head-chunk path (rows per CTA 1..8,
+// several chunks, an idle slot); contexts as short as the step, off the page and
+// the split chunk; splits that start past a short sequence's end (ragged) or past
+// a new token's causal limit.
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DecodeSteps,
+    ::testing::Values(StepsCase{DType::bf16, 2, 32, 8, 1000, 128, 2, "fixed", 16, 0},       // S*G = 8: one chunk
+                      StepsCase{DType::fp16, 3, 8, 2, 777, 64, 4, "fixed", 48, 3},         // 16 rows: two chunks
+                      StepsCase{DType::bf16, 2, 14, 2, 300, 256, 3, "fixed", 16, 0},       // 21 rows: an idle slot
+                      StepsCase{DType::bf16, 3, 8, 8, 4, 128, 4, "fixed", 16, 0},          // context = S
+                      StepsCase{DType::bf16, 1, 8, 2, 100, 128, 8, "fixed", 16, 40},       // splits of 16 tokens
+                      StepsCase{DType::fp16, 5, 16, 8, 200, 128, 1, "lognormal:1.5", 16, 4},  // ragged, one token
+                      StepsCase{DType::bf16, 4, 32, 8, 300, 128, 4, "uniform:0.9", 32, 0},
+                      StepsCase{DType::bf16, 6, 8, 1, 500, 64, 5, "lognormal:1", 16, 8},   // G=8: 40 rows
+                      StepsCase{DType::bf16, 3, 32, 8, 300, 128, 4, "lognormal:1", 48, 3, true}));  // fp8 cache
+
+TEST_F(DecodeAttentionMisc, MultiTokenWrongOutputIsCaught) {
+  // A fault in a ragged multi-token step's output fails verification.
+  auto op = cuda::make_op(ctx(), steps_request(true, StepsCase{DType::bf16, 2, 8, 2, 90, 128, 4, "uniform:0.5", 16, 3}));
+  EXPECT_NO_THROW(op->verify());
+  access(*op).set_fault_injection(true);
+  EXPECT_THROW(op->verify(), VerificationError);
+}
+
+TEST_F(DecodeAttentionMisc, MultiTokenPagedAndContiguousAgree) {
+  const StepsCase c{DType::bf16, 4, 16, 4, 700, 128, 4, "lognormal:1", 16, 0};
+  auto a = cuda::make_op(ctx(), steps_request(false, c));
+  auto b = cuda::make_op(ctx(), steps_request(true, c));
+  a->run();
+  b->run();
+  expect_rows_close(access(*b).output_as_float(), access(*a).output_as_float(), c.D, c.dtype, "paged vs contiguous");
+}
+
+TEST(AttentionOps, TooManyNewTokensSaysWhatIsSupported) {
+  EXPECT_FALSE(cuda::decode_attention_unsupported(DType::bf16, 32, 8, 128, false, 16, 16).has_value());
+  const auto why = cuda::decode_attention_unsupported(DType::bf16, 32, 8, 128, false, 16, 17);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("1 to 16"), std::string::npos) << *why;
+}
+
 // ---- prefill attention on the device ----------------------------------------------
 
 struct PrefillCase {

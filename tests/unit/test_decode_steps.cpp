@@ -256,5 +256,11 @@ TEST(DecodeSteps, CliRunRecordsTheStepAndItsContexts) {
   const auto bad = test::run_cli("run --backend=cpu --ops decode_attention_multi --context-dist spiky --out " + out);
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("--context-dist"), std::string::npos) << bad.out;
+  // More new tokens than the context holds.
+  const auto tight = test::run_cli("run --backend=cpu --ops decode_attention_multi --new-tokens 8 --multi-contexts 4 "
+                                   "--out " + out);
+  EXPECT_EQ(tight.status, 2) << tight.out;
+  EXPECT_NE(tight.out.find("--new-tokens 8 does not fit a context of 4"), std::string::npos) << tight.out;
+  EXPECT_FALSE(std::filesystem::exists(out));
   std::filesystem::remove(out);
 }

@@ -172,7 +172,7 @@ PHASEBENCH_DECLARE_OPS(decode_attention) {
                      "how contexts spread within a decode batch: fixed, uniform:F or lognormal:SIG (mean the context)",
                      false, {}, {}, {}};
   dist_axis.text = true;
-  dist_axis.gpu_text = {"uniform:0.5", "lognormal:1"};
+  dist_axis.gpu_text = {"lognormal:1"};
   dist_axis.cpu_text = {"lognormal:1"};
   dist_axis.check_text = [](const std::vector<std::string>& v) {
     for (const auto& t : v) parse_context_dist(t);
@@ -208,7 +208,10 @@ PHASEBENCH_DECLARE_OPS(decode_attention) {
             for (auto L : (*sc.axes)["multi_contexts"])
               for (auto S : steps)
                 for (const auto& d : dists) {
-                  if (S > L) continue;  // the context cannot hold the step's tokens
+                  if (S > L)
+                    throw InputError("--new-tokens " + std::to_string(S) + " does not fit a context of " +
+                                     std::to_string(L) + " tokens (--multi-contexts): the context includes the step's "
+                                     "new tokens, so use contexts of at least " + std::to_string(S));
                   auto r = decode_attention_request({B, m.heads, m.kv_heads, L, m.head_dim}, sc.dtype, paged, P);
                   set_decode_steps(r, S, d);
                   std::vector<PointArg> args{{"batch", B, "batch"}, {"context", L, "context"}};
