@@ -256,7 +256,8 @@ TEST(DecodeSteps, CliRunRecordsTheStepAndItsContexts) {
   const auto bad = test::run_cli("run --backend=cpu --ops decode_attention_multi --context-dist spiky --out " + out);
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("--context-dist"), std::string::npos) << bad.out;
-  // More new tokens than the context holds.
+  // More new tokens than the context holds: refused before anything runs or is written.
+  std::filesystem::remove(out);
   const auto tight = test::run_cli("run --backend=cpu --ops decode_attention_multi --new-tokens 8 --multi-contexts 4 "
                                    "--out " + out);
   EXPECT_EQ(tight.status, 2) << tight.out;
