@@ -1,6 +1,11 @@
 // Decode attention on CUDA (decode_attention.hpp): the split-KV kernel over a
 // contiguous or paged cache, its reduction, the split plan, and the operation
 // (kinds decode_attention and decode_attention_paged) verified against the CPU reference.
+// A CTA walks one chunk of one sequence's context for up to 8 query rows of a KV
+// head (its GQA heads times the step's new tokens). When the batch's CTAs do not
+// fill a wave, the context is split into chunks of at least 64 tokens, as many
+// as make the grid sit just under a whole number of waves; a second kernel then
+// merges each row's splits, all its threads sharing the splits.
 #include "cuda/decode_attention.hpp"
 
 #include <cuda_bf16.h>
@@ -43,15 +48,26 @@ struct ContiguousKV {
   }
 };
 
+// page_shift >= 0: the page size is 2^page_shift, and a token's page and slot
+// are a shift and a mask instead of an integer division (tens of instructions).
 template <int D>
 struct PagedKV {
   const std::int32_t* __restrict__ block_table;
-  int Hkv, page_size, pages_per_seq;
+  int Hkv, page_size, pages_per_seq, page_shift;
   __device__ __forceinline__ std::size_t row(int b, int h, int t) const {
-    const int page = __ldg(block_table + static_cast<std::size_t>(b) * pages_per_seq + t / page_size);
-    return ((static_cast<std::size_t>(page) * Hkv + h) * page_size + t % page_size) * D;
+    const int lp = page_shift >= 0 ? t >> page_shift : t / page_size;
+    const int slot = page_shift >= 0 ? t & (page_size - 1) : t % page_size;
+    const int page = __ldg(block_table + static_cast<std::size_t>(b) * pages_per_seq + lp);
+    return ((static_cast<std::size_t>(page) * Hkv + h) * page_size + slot) * D;
   }
 };
+
+int log2_if_power_of_two(int n) {
+  if (n <= 0 || (n & (n - 1)) != 0) return -1;
+  int s = 0;
+  while ((1 << s) < n) ++s;
+  return s;
+}
 
 // F8: the cache holds fp8 e4m3 (8 bytes per lane and token) with per-head scales.
 // A CTA computes GT of the S*G query rows of its KV head, row r being new token
@@ -268,25 +284,57 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Combine the splits of one (batch, query head): out = sum_i 2^(lse_i - M) o_i / sum_i 2^(lse_i - M).
+// Combine the splits of one (query token, query head) row:
+// out = sum_i 2^(lse_i - M) o_i / sum_i 2^(lse_i - M), M the largest lse.
+// All of a CTA's threads share the work: the max and the weights over the
+// splits in parallel (warp shuffles, then shared memory), then each warp sums a
+// quarter of the splits for every d (lanes along d, so the partials are read
+// coalesced), and the warps' sums are added in shared memory. The longest
+// dependent chain per thread is splits / kReduceWarps, not 3 * splits.
+constexpr int kReduceWarps = 4;
+constexpr int kReduceThreads = kReduceWarps * 32;
+
 template <class Tag>
-__global__ void decode_reduce_kernel(const float* __restrict__ part, std::uint16_t* __restrict__ out, int splits,
-                                     int D) {
-  extern __shared__ float w[];  // [splits]
+__global__ void __launch_bounds__(kReduceThreads)
+    decode_reduce_kernel(const float* __restrict__ part, std::uint16_t* __restrict__ out, int splits, int D) {
+  extern __shared__ float smem[];  // [splits] weights, then [kReduceWarps][D] sums
+  float* w = smem;
+  float* sums = smem + splits;
+  __shared__ float red[kReduceWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const std::size_t row = blockIdx.x;
   const float* p = part + row * splits * (D + 1);
+  // The largest lse.
   float M = -INFINITY;
-  for (int i = 0; i < splits; ++i) M = fmaxf(M, p[static_cast<std::size_t>(i) * (D + 1)]);
-  for (int i = threadIdx.x; i < splits; i += blockDim.x) {
+  for (int i = threadIdx.x; i < splits; i += kReduceThreads) M = fmaxf(M, p[static_cast<std::size_t>(i) * (D + 1)]);
+  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+  if (lane == 0) red[warp] = M;
+  __syncthreads();
+  M = red[0];
+  for (int i = 1; i < kReduceWarps; ++i) M = fmaxf(M, red[i]);
+  __syncthreads();  // red is reused for the sum of the weights
+  // The weights and their sum.
+  float W = 0.f;
+  for (int i = threadIdx.x; i < splits; i += kReduceThreads) {
     const float lse = p[static_cast<std::size_t>(i) * (D + 1)];
     w[i] = (M == -INFINITY || lse == -INFINITY) ? 0.f : exp2f(lse - M);
+    W += w[i];
+  }
+  for (int o = 16; o > 0; o >>= 1) W += __shfl_xor_sync(0xffffffffu, W, o);
+  if (lane == 0) red[warp] = W;
+  __syncthreads();
+  W = 0.f;
+  for (int i = 0; i < kReduceWarps; ++i) W += red[i];
+  // Warp `warp` sums splits warp, warp + kReduceWarps, ... for every d.
+  for (int d = lane; d < D; d += 32) {
+    float a = 0.f;
+    for (int i = warp; i < splits; i += kReduceWarps) a = fmaf(w[i], p[static_cast<std::size_t>(i) * (D + 1) + 1 + d], a);
+    sums[warp * D + d] = a;
   }
   __syncthreads();
-  float W = 0.f;
-  for (int i = 0; i < splits; ++i) W += w[i];
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+  for (int d = threadIdx.x; d < D; d += kReduceThreads) {
     float a = 0.f;
-    for (int i = 0; i < splits; ++i) a = fmaf(w[i], p[static_cast<std::size_t>(i) * (D + 1) + 1 + d], a);
+    for (int i = 0; i < kReduceWarps; ++i) a += sums[i * D + d];
     out[row * D + d] = encode<Tag>(W > 0.f ? a / W : 0.f);
   }
 }
@@ -397,14 +445,29 @@ int decode_split_chunk(int L, int splits, int align) {
 
 int choose_decode_splits(int B, int Hkv, int head_chunks, int L, int align, int sm_count, int ctas_per_sm) {
   const long long base = static_cast<long long>(B) * Hkv * std::max(head_chunks, 1);
-  const long long target = 2LL * std::max(sm_count, 1) * std::max(ctas_per_sm, 1);
-  if (base <= 0 || base >= target || L < 512) return 1;
-  const long long want = (target + base - 1) / base;
-  const long long by_length = std::max(1, L / 256);  // every chunk >= 256 tokens
-  const long long s = std::min({want, by_length, static_cast<long long>(kMaxDecodeSplits)});
-  if (s <= 1) return 1;
-  const int chunk = decode_split_chunk(L, static_cast<int>(s), align);
-  return (L + chunk - 1) / chunk;
+  const long long slots = static_cast<long long>(std::max(sm_count, 1)) * std::max(ctas_per_sm, 1);  // one wave
+  if (base <= 0 || base >= slots) return 1;  // a full wave without splitting
+  const long long min_chunk = std::max(kMinDecodeChunk, align);
+  const long long most = std::min({2 * slots / base, std::max<long long>(1, L / min_chunk),
+                                   static_cast<long long>(kMaxDecodeSplits)});
+  // The split count whose grid finishes first: waves of CTAs times the tokens
+  // each CTA walks, plus what a split costs beyond its tokens (its prologue,
+  // partial write and share of the reduce, about kSplitCostTokens tokens), so a
+  // grid that spills a few CTAs into another wave is not chosen over one that
+  // sits just under a whole number of waves.
+  int best = 1;
+  long long best_cost = L;  // one wave of `base` CTAs, each walking the whole context
+  for (long long s = 2; s <= most; ++s) {
+    const int chunk = decode_split_chunk(L, static_cast<int>(s), static_cast<int>(align));
+    const long long splits = (L + chunk - 1) / chunk;
+    const long long waves = (base * splits + slots - 1) / slots;
+    const long long cost = waves * (chunk + kSplitCostTokens);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = static_cast<int>(splits);
+    }
+  }
+  return best;
 }
 
 std::size_t decode_attention_workspace_floats(int B, int Hq, int D, int splits) {
@@ -458,7 +521,7 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
     constexpr int U = tokens_per_step<GTv>();
     KvOf<Dv, Pg> kv{};
     if constexpr (Pg) {
-      kv = PagedKV<Dv>{p.block_table, p.Hkv, p.page_size, p.pages_per_seq};
+      kv = PagedKV<Dv>{p.block_table, p.Hkv, p.page_size, p.pages_per_seq, log2_if_power_of_two(p.page_size)};
     } else {
       kv = ContiguousKV<Dv>{p.Hkv, p.L};
     }
@@ -467,7 +530,8 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
     PB_CUDA_CHECK_LAUNCH("decode_attention_kernel");
     if (p.splits > 1) {
       const unsigned rows = static_cast<unsigned>(p.B * p.S * p.Hq);
-      decode_reduce_kernel<Tag><<<rows, Dv, p.splits * sizeof(float), stream>>>(p.workspace, out, p.splits, Dv);
+      const std::size_t smem = (static_cast<std::size_t>(p.splits) + kReduceWarps * Dv) * sizeof(float);
+      decode_reduce_kernel<Tag><<<rows, kReduceThreads, smem, stream>>>(p.workspace, out, p.splits, Dv);
       PB_CUDA_CHECK_LAUNCH("decode_reduce_kernel");
     }
   });

@@ -62,9 +62,14 @@ int decode_head_chunks(int G);
 // Resident CTAs per SM of the kernel that would run these parameters (occupancy API).
 int decode_attention_ctas_per_sm(DType dtype, int D, int G, bool paged, bool kv_fp8 = false);
 
-// Split-KV heuristic: enough CTAs for about two full waves of the GPU
-// (2 * sm_count * ctas_per_sm), each chunk at least 256 tokens, chunk lengths a
-// multiple of `align` tokens (the page size for paged caches). Returns >= 1.
+// Split-KV heuristic, when B*Hkv*head_chunks CTAs do not fill one wave
+// (sm_count * ctas_per_sm resident CTAs): the split count, up to two waves and
+// chunks of at least kMinDecodeChunk tokens (and of the page), that minimises
+// waves x (chunk + kSplitCostTokens), so the grid sits just under a whole number
+// of waves. Chunk lengths are a multiple of `align` tokens (the page size for
+// paged caches). Returns >= 1.
+constexpr int kMinDecodeChunk = 64;
+constexpr int kSplitCostTokens = 32;
 int choose_decode_splits(int B, int Hkv, int head_chunks, int L, int align, int sm_count, int ctas_per_sm);
 // Tokens per split for `splits` chunks of L, a multiple of `align`.
 int decode_split_chunk(int L, int splits, int align);

@@ -19,12 +19,16 @@
 //   SM, about 96 KiB of W in flight per SM. W is read with
 //   ld.global.nc.L1::no_allocate.L2::256B (streamed, keeps L1 for X), X through L1.
 // - Stream-K scheduling: the (row block, group) units are split evenly over a
-//   persistent grid of warps, each taking a contiguous range. A warp keeps its
-//   sums in registers while its range stays in one row block, then adds them to
-//   an fp32 accumulator (red.global.add) and counts the groups it did; the warp
-//   that completes a row block converts it to Y and zeroes the accumulator and
-//   the counter for the next call. Every shape gets all SMs busy with balanced
-//   work, including small N with large K.
+//   persistent grid of CTAs, each taking a contiguous range, and within a CTA
+//   each row block's share is split evenly over its 8 warps. The warps keep
+//   their sums in registers, then reduce them through shared memory, so a CTA
+//   makes one fp32 red.global.add per output element of a row block it shares
+//   with other CTAs, and one fence-and-count per row block (not per warp); the
+//   CTA whose count completes a row block converts it to Y and zeroes the
+//   accumulator and the counter for the next call. A CTA that covers a whole row
+//   block writes Y directly: no atomics at all. Every shape gets all SMs busy
+//   with balanced work, including small N with large K, and a row block is shared
+//   by about units / CTAs / groups-per-row-block CTAs instead of 8x as many warps.
 #include "cuda/decode_gemv.hpp"
 
 #include <cuda_bf16.h>
@@ -93,25 +97,30 @@ struct GemvParams {
   long long N, K;
   long long groups_per_row_block;
   long long units;               // row_blocks * groups_per_row_block
-  long long warps;               // warps in the grid that share the units
 };
 
 template <int M, class Tag>
 __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2) decode_gemv_kernel(GemvParams p) {
   constexpr int kBatchTiles = (M + 7) / 8;  // 8-column MMA tiles covering the batch
+  // Each warp's sums of a row block, [warp][m][row], reduced over the warps.
+  __shared__ float partial[kWarpsPerBlock][M][kRowsPerBlock];
+  __shared__ unsigned arrived_sm;
   const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;  // MMA groupID: W row (and row + 8) and X row of this lane
   const int t = lane & 3;   // MMA threadID_in_group: which 16-byte chunk of a step
-  const long long warp = static_cast<long long>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  // This warp's contiguous share of the units (stream-K).
-  long long u = warp * p.units / p.warps;
-  const long long end = (warp + 1) * p.units / p.warps;
+  // This CTA's contiguous share of the units (stream-K); uniform across the CTA.
+  long long seg = static_cast<long long>(blockIdx.x) * p.units / gridDim.x;
+  const long long cta_end = (static_cast<long long>(blockIdx.x) + 1) * p.units / gridDim.x;
 
-  while (u < end) {
-    const long long rb = u / p.groups_per_row_block;
-    const long long rb_end = std::min(end, (rb + 1) * p.groups_per_row_block);
-    const unsigned done = static_cast<unsigned>(rb_end - u);
+  while (seg < cta_end) {
+    const long long rb = seg / p.groups_per_row_block;
+    const long long seg_end = std::min(cta_end, (rb + 1) * p.groups_per_row_block);
+    const long long n_units = seg_end - seg;
     const long long row0 = rb * kRowsPerBlock;
+    // This warp's part of the segment.
+    long long u = seg + warp * n_units / kWarpsPerBlock;
+    const long long u_end = seg + (warp + 1) * n_units / kWarpsPerBlock;
 
     float acc[kTilesPerWarp][kBatchTiles][4] = {};
     // Row pointers of this lane (rows g and g+8 of each tile; X row g of each
@@ -126,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2) decode_gemv_kernel(G
         row_ok[mt][h] = row < p.N;
         w_row[mt][h] = p.W + (row_ok[mt][h] ? row : 0) * p.K + t * 8;
       }
-    for (; u < rb_end; ++u) {
+    for (; u < u_end; ++u) {
       const long long k0 = (u - rb * p.groups_per_row_block) * kKPerGroup;  // first k of the group
       uint4 w[kStepsPerGroup][kTilesPerWarp][2];
       uint4 x[kStepsPerGroup][kBatchTiles];
@@ -161,41 +170,61 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2) decode_gemv_kernel(G
           }
     }
 
-    // Add this warp's share of row block rb to the accumulator. Accumulator
-    // fragment c: W row g (+8 for c >= 2), batch column 2t (+1 for odd c).
+    // The warp's sums to shared memory. Accumulator fragment c: W row g (+8 for
+    // c >= 2), batch column 2t (+1 for odd c); columns past M are not kept.
 #pragma unroll
     for (int mt = 0; mt < kTilesPerWarp; ++mt)
 #pragma unroll
       for (int nt = 0; nt < kBatchTiles; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const long long n = row0 + mt * 16 + g + (c >> 1) * 8;
           const int m = nt * 8 + 2 * t + (c & 1);
-          if (m < M && n < p.N) atomicAdd(p.accum + m * p.N + n, acc[mt][nt][c]);
+          if (m < M) partial[warp][m][mt * 16 + g + (c >> 1) * 8] = acc[mt][nt][c];
         }
-    __threadfence();  // the sums are visible device-wide before the count says so
-    __syncwarp();
-    unsigned arrived = 0;
-    if (lane == 0) arrived = atomicAdd(p.counters + rb, done) + done;
-    arrived = __shfl_sync(0xffffffffu, arrived, 0);
-    if (arrived == p.groups_per_row_block) {
-      // Last contributor: every other share is in the accumulator. Convert the
-      // row block to Y and leave accumulator and counter zero for the next call.
-      // (__syncwarp orders lane 0's counter read before every lane's fence and
-      // reads; a shuffle alone is not a memory-ordering barrier.)
-      __syncwarp();
-      __threadfence();
-      for (int i = lane; i < M * kRowsPerBlock; i += 32) {
-        const int m = i / kRowsPerBlock;
-        const long long n = row0 + i % kRowsPerBlock;
-        if (n < p.N) {
-          float* a = p.accum + m * p.N + n;
-          p.Y[m * p.N + n] = to_storage(__ldcg(a), Tag{});
-          __stcg(a, 0.0f);
-        }
+    __syncthreads();
+    // Reduce over the warps; the whole row block here: Y directly, else one
+    // red.global.add per element.
+    const bool whole = n_units == p.groups_per_row_block;
+    for (int i = threadIdx.x; i < M * kRowsPerBlock; i += kThreads) {
+      const int m = i / kRowsPerBlock, r = i % kRowsPerBlock;
+      const long long n = row0 + r;
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarpsPerBlock; ++w) sum += partial[w][m][r];
+      if (n < p.N) {
+        if (whole)
+          p.Y[m * p.N + n] = to_storage(sum, Tag{});
+        else
+          atomicAdd(p.accum + m * p.N + n, sum);
       }
-      if (lane == 0) p.counters[rb] = 0;
     }
+    if (!whole) {
+      // One count per CTA and row block, after all of its sums are visible
+      // device-wide (each thread's fence orders its own adds; the barrier then
+      // orders them before thread 0's count).
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) arrived_sm = atomicAdd(p.counters + rb, static_cast<unsigned>(n_units)) +
+                                         static_cast<unsigned>(n_units);
+      __syncthreads();
+      if (arrived_sm == p.groups_per_row_block) {
+        // Last contributor: every other share is in the accumulator. Convert the
+        // row block to Y and leave accumulator and counter zero for the next call.
+        __threadfence();
+        for (int i = threadIdx.x; i < M * kRowsPerBlock; i += kThreads) {
+          const int m = i / kRowsPerBlock;
+          const long long n = row0 + i % kRowsPerBlock;
+          if (n < p.N) {
+            float* a = p.accum + m * p.N + n;
+            p.Y[m * p.N + n] = to_storage(__ldcg(a), Tag{});
+            __stcg(a, 0.0f);
+          }
+        }
+        if (threadIdx.x == 0) p.counters[rb] = 0;
+      }
+    }
+    __syncthreads();  // `partial` and `arrived_sm` are reused by the next segment
+    seg = seg_end;
   }
 }
 
@@ -256,7 +285,7 @@ std::optional<std::string> decode_gemv_unsupported(DType t, const LinearShape& s
   return std::nullopt;
 }
 
-DecodeGemv::DecodeGemv(const Context& ctx, DType t, const LinearShape& s) : type_(t), shape_(s) {
+DecodeGemv::DecodeGemv(const Context& ctx, DType t, const LinearShape& s, int max_blocks) : type_(t), shape_(s) {
   if (auto why = decode_gemv_unsupported(t, s)) throw Unsupported(*why);
   row_blocks_ = decode_gemv_row_blocks(s.N);
   groups_per_row_block_ = (s.K + kKPerGroup - 1) / kKPerGroup;
@@ -264,9 +293,11 @@ DecodeGemv::DecodeGemv(const Context& ctx, DType t, const LinearShape& s) : type
   int per_sm = 0;
   PB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(t, s.M), kThreads, 0));
   if (per_sm < 1) throw std::runtime_error("decode_gemv: the kernel cannot be resident on this device (occupancy 0)");
-  // A persistent grid: as many blocks as fit at once, but never more warps than units.
   const std::uint64_t resident = static_cast<std::uint64_t>(per_sm) * static_cast<std::uint64_t>(ctx.sm_count);
-  blocks_ = static_cast<int>(std::max<std::uint64_t>(1, std::min(resident, (units + kWarpsPerBlock - 1) / kWarpsPerBlock)));
+  // A persistent grid: as many blocks as fit at once, but never more warps than units.
+  std::uint64_t blocks = std::max<std::uint64_t>(1, std::min(resident, (units + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  if (max_blocks > 0) blocks = std::min<std::uint64_t>(blocks, static_cast<std::uint64_t>(max_blocks));
+  blocks_ = static_cast<int>(blocks);
   accum_ = DeviceBuffer(s.M * s.N * sizeof(float));
   counters_ = DeviceBuffer(row_blocks_ * sizeof(unsigned));
   PB_CUDA_CHECK(cudaMemsetAsync(accum_.get(), 0, accum_.bytes(), ctx.stream));
@@ -289,7 +320,6 @@ void DecodeGemv::run(const void* X, const void* W, void* Y, cudaStream_t stream)
   p.K = static_cast<long long>(shape_.K);
   p.groups_per_row_block = static_cast<long long>(groups_per_row_block_);
   p.units = static_cast<long long>(row_blocks_ * groups_per_row_block_);
-  p.warps = static_cast<long long>(blocks_) * kWarpsPerBlock;
   void* args[] = {&p};
   PB_CUDA_CHECK(cudaLaunchKernel(kernel_for(type_, shape_.M), dim3(blocks_), dim3(kThreads), args, 0, stream));
 }

@@ -23,10 +23,13 @@ std::optional<std::string> decode_gemv_unsupported(DType t, const LinearShape& s
 // each call leaves them zero again).
 class DecodeGemv {
  public:
-  DecodeGemv(const Context& ctx, DType t, const LinearShape& s);
+  // max_blocks > 0 caps the persistent grid (tests use it to make row blocks
+  // span several CTAs, or one CTA walk many row blocks).
+  DecodeGemv(const Context& ctx, DType t, const LinearShape& s, int max_blocks = 0);
   // Enqueue Y = X W^T on `stream` (X: M x K, W: N x K, Y: M x N, row-major, all of type t).
   void run(const void* X, const void* W, void* Y, cudaStream_t stream) const;
   std::string describe() const;
+  int blocks() const { return blocks_; }
 
  private:
   DType type_;

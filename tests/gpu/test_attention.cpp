@@ -57,30 +57,39 @@ void expect_rows_close(const std::vector<float>& got, const std::vector<float>& 
 
 // ---- host-only: heuristics and the capability table ---------------------------
 
-TEST(DecodeSplits, HeuristicFillsTwoWavesWithChunksOfAtLeast256Tokens) {
-  // B=1, 8 kv heads, 32k context on 132 SMs with 4 CTAs each: 2 waves = 1056 CTAs
-  // wanted, 132 splits, but chunks of >= 256 tokens allow 128.
-  const int s = cuda::choose_decode_splits(1, 8, 1, 32768, 16, 132, 4);
-  EXPECT_EQ(s, 128);
-  EXPECT_EQ(cuda::decode_split_chunk(32768, s, 16), 256);
-  // Enough CTAs already: no split.
+TEST(DecodeSplits, HeuristicSitsJustUnderWholeWaves) {
+  // 132 SMs with 4 resident CTAs each: a wave is 528 CTAs.
+  // Llama-3.1-8B at B=8, L=32768 (64 CTAs unsplit): 8 splits fill one wave
+  // exactly; 17 (two waves wanted) would make 1088 CTAs, 2.06 waves.
+  const int s8 = cuda::choose_decode_splits(8, 8, 1, 32768, 64, 132, 4);
+  EXPECT_EQ(s8, 8);
+  // B=1, L=32768 (8 CTAs): 64 splits of 512 tokens, one wave (128 splits of
+  // 256 would take two).
+  const int s1 = cuda::choose_decode_splits(1, 8, 1, 32768, 16, 132, 4);
+  EXPECT_EQ(s1, 64);
+  EXPECT_EQ(cuda::decode_split_chunk(32768, s1, 16), 512);
+  // Short contexts split too when the CTAs are few: B=1, L=512 -> 8 chunks of 64.
+  EXPECT_EQ(cuda::choose_decode_splits(1, 8, 1, 512, 64, 132, 4), 8);
+  EXPECT_EQ(cuda::choose_decode_splits(8, 8, 1, 512, 64, 132, 4), 8);
+  // Enough CTAs already, or a context under two minimum chunks: no split.
   EXPECT_EQ(cuda::choose_decode_splits(256, 8, 1, 32768, 16, 132, 4), 1);
-  // Short contexts are never split.
-  EXPECT_EQ(cuda::choose_decode_splits(1, 1, 1, 300, 16, 132, 4), 1);
-  // Chunks are aligned to the page size and tile the context exactly.
-  for (int L : {1000, 4097, 32768, 12345}) {
-    for (int align : {16, 48, 64}) {
-      const int splits = cuda::choose_decode_splits(2, 4, 1, L, align, 132, 3);
-      const int chunk = cuda::decode_split_chunk(L, splits, align);
-      EXPECT_EQ(chunk % align, 0);
-      EXPECT_GE(static_cast<long long>(chunk) * splits, L);
-      EXPECT_LT(static_cast<long long>(chunk) * (splits - 1), L);
-      if (splits > 1) {
-        EXPECT_GE(chunk, 256);
+  EXPECT_EQ(cuda::choose_decode_splits(1, 1, 1, 100, 16, 132, 4), 1);
+  // Chunks are aligned to the page size, tile the context exactly, are at least
+  // kMinDecodeChunk tokens, and the grid stays within two waves.
+  for (int B : {1, 3, 8})
+    for (int L : {130, 1000, 4097, 32768, 12345})
+      for (int align : {16, 48, 64}) {
+        const int splits = cuda::choose_decode_splits(B, 4, 1, L, align, 132, 3);
+        const int chunk = cuda::decode_split_chunk(L, splits, align);
+        EXPECT_EQ(chunk % align, 0);
+        EXPECT_GE(static_cast<long long>(chunk) * splits, L);
+        EXPECT_LT(static_cast<long long>(chunk) * (splits - 1), L);
+        if (splits > 1) {
+          EXPECT_GE(chunk, cuda::kMinDecodeChunk);
+          EXPECT_LE(static_cast<long long>(B) * 4 * splits, 2LL * 132 * 3);
+        }
+        EXPECT_LE(splits, cuda::kMaxDecodeSplits);
       }
-      EXPECT_LE(splits, cuda::kMaxDecodeSplits);
-    }
-  }
 }
 
 TEST(DecodeSplits, HeadsPerCtaCoverTheGroup) {
@@ -187,6 +196,9 @@ INSTANTIATE_TEST_SUITE_P(
         DecodeCase{DType::bf16, 3, 2, 1, 1, 64, 16, 0},        // a single cached token
         DecodeCase{DType::bf16, 40, 16, 8, 129, 128, 32, 0},  // GQA 2 with a real context, B=40
         DecodeCase{DType::bf16, 2, 64, 8, 2048, 128, 16, 0},   // Llama-3-70B heads
+        // many splits: 257 of 16 tokens paged (more than the reduce's 128 threads), 65 contiguous
+        DecodeCase{DType::bf16, 1, 8, 2, 4097, 128, 16, 300},
+        DecodeCase{DType::fp16, 1, 16, 2, 1500, 256, 32, 200},  // D=256 over many splits, page 32 (shift/mask)
         // fp8 caches: 8-byte loads per lane, the K scale in the softmax scale, the V
         // scale on the output (split partials and reduction included); the tails above.
         DecodeCase{DType::bf16, 1, 32, 8, 4097, 128, 16, 0, true},  // automatic splits

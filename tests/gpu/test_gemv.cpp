@@ -100,6 +100,30 @@ TEST_F(DecodeGemvTest, RepeatedCallsStayCorrect) {
   EXPECT_NO_THROW(op->verify());
 }
 
+TEST_F(DecodeGemvTest, CtaSharesOfRowBlocksReduceCorrectly) {
+  // The CTA-level split: grids capped so that one CTA walks many row blocks
+  // (whole ones written directly, partial ones at both ends), a row block is
+  // shared by several CTAs (and their warps get 0..n units), and repeated calls
+  // leave the accumulators and counters zero. Tails in N and K throughout.
+  struct Case {
+    std::uint64_t M, N, K;
+    int blocks;
+  };
+  for (const auto c : {Case{1, 100, 520, 1}, Case{3, 65, 4104, 3}, Case{16, 33, 8200, 5}, Case{8, 200, 64, 2},
+                       Case{2, 31, 65536, 7}, Case{5, 4096, 72, 6}, Case{9, 97, 1096, 13}}) {
+    SCOPED_TRACE("M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+                 " blocks<=" + std::to_string(c.blocks));
+    const LinearShape s{c.M, c.N, c.K};
+    for (DType t : {DType::bf16, DType::fp16}) {
+      auto operands = cuda::make_linear_operands(s, t, t, 17 + c.M, ctx().stream);
+      cuda::DecodeGemv gemv(ctx(), t, s, c.blocks);
+      EXPECT_LE(gemv.blocks(), c.blocks);
+      for (int i = 0; i < 3; ++i) gemv.run(operands.X.get(), operands.W.get(), operands.Y.get(), ctx().stream);
+      EXPECT_NO_THROW(cuda::verify_linear(s, t, t, operands.view(), ctx().stream, "gemv " + gemv.describe()));
+    }
+  }
+}
+
 TEST_F(DecodeGemvTest, RefusesWhatItCannotRun) {
   auto k_odd = cuda::decode_gemv_unsupported(DType::bf16, {1, 64, 100});
   ASSERT_TRUE(k_odd.has_value());
