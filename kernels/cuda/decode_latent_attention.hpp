@@ -20,9 +20,9 @@ std::optional<std::string> latent_attention_unsupported(DType dtype, long long H
 constexpr int kMaxLatentSplits = 1024;
 
 // Split-KV plan: `requested` splits (0: none when B x head tiles CTAs fill at
-// least 3/4 of a wave of the GPU, else enough that B x head tiles x splits CTAs
-// make about two waves, each chunk at least latent_min_chunk(H) tokens), chunks
-// a multiple of 32 tokens (the kernel's tile).
+// least 3/4 of a wave of the GPU (sm_count x ctas_per_sm), else the fewest
+// splits whose CTAs fill their waves best, each chunk at least
+// latent_min_chunk(H) tokens), chunks a multiple of 32 tokens (the kernel's tile).
 struct LatentSplitPlan {
   int splits = 1;
   int chunk = 1;  // tokens per split

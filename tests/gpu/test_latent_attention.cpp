@@ -42,7 +42,7 @@ AttentionOpAccess& access(PreparedOp& op) {
 // ---- host-only: the split plan -----------------------------------------------------
 
 TEST(LatentSplits, PlanFillsTwoWavesWithLongEnoughChunks) {
-  // H200-like: 132 SMs, 2 CTAs per SM: two waves are 528 CTAs.
+  // H200-like: 132 SMs, 2 CTAs per SM: a wave is 264 CTAs.
   auto p = cuda::plan_latent_splits(1, 16, 8192, 0, 132, 2);
   EXPECT_EQ(p.splits, 32);  // every chunk >= 256 tokens
   EXPECT_EQ(p.chunk, 256);
@@ -51,10 +51,11 @@ TEST(LatentSplits, PlanFillsTwoWavesWithLongEnoughChunks) {
   p = cuda::plan_latent_splits(8, 128, 8192, 0, 132, 2);
   EXPECT_EQ(p.splits, 4);
   EXPECT_EQ(cuda::latent_min_chunk(128), 2048);
-  // Two waves (528 CTAs) from 64 sequences of 16 heads: 9 splits of 928 tokens.
+  // 64 sequences of 16 heads: 4 splits of 2048 tokens fill a wave (256 of 264
+  // CTAs); 9 (576 CTAs, three waves, the last 18% full) would be worse.
   p = cuda::plan_latent_splits(64, 16, 8192, 0, 132, 2);
-  EXPECT_EQ(p.splits, 9);
-  EXPECT_EQ(p.chunk, 928);
+  EXPECT_EQ(p.splits, 4);
+  EXPECT_EQ(p.chunk, 2048);
   // 3/4 of a wave of CTAs already (198 of 264), or a short context: no split.
   EXPECT_EQ(cuda::plan_latent_splits(256, 16, 8192, 0, 132, 2).splits, 1);
   EXPECT_EQ(cuda::plan_latent_splits(200, 16, 8192, 0, 132, 2).splits, 1);
