@@ -1,8 +1,9 @@
 // The summary a run ends with (and `phasebench summary FILE` prints): fraction
 // of roofline per phase and op, paging's cost, what an fp8 KV cache buys,
-// multi-token and ragged decode steps, the decode linear and MoE crossings, what
-// int4 weights buy over bf16, whole layers measured against the analytical
-// model, how the points stopped sampling, and energy.
+// multi-token and ragged decode steps, where MLA decode attention sits against
+// the ridge, the decode linear and MoE crossings, what int4 weights buy over
+// bf16, whole layers measured against the analytical model, how the points
+// stopped sampling, and energy.
 #include "summary.hpp"
 
 #include <fmt/format.h>
@@ -51,6 +52,9 @@ struct Collected {
     double time = 0, gbps = 0, fraction = 0;
   };
   std::map<std::string, std::map<std::pair<std::uint64_t, std::string>, StepPoint>> steps;
+  // MLA decode attention points (latent_attention, latent_attention_paged): one
+  // row each, with their intensity against the ridge of the ceilings used.
+  std::vector<std::string> mla_rows;
   // Points above their roofline: name, fraction, likely cause (fixture.cpp).
   std::vector<std::tuple<std::string, double, std::string>> above;
   // The stopping rule's outcome: points timed, how many of those did not
@@ -124,6 +128,40 @@ void collect_gemv_time(const nlohmann::json& p, Collected& c) {
   (op == "gemv" ? c.gemv_bf16_time : c.gemv_int4_time)[key] = p.at("time").at("median_s").get<double>();
 }
 
+// Its intensity is about 2*H*(2R+P) / (c*(R+P)) FLOP/byte whatever the batch and
+// context: DeepSeek-V2-Lite's 16 heads sit below an H200's bf16 ridge, V3's 128 near it.
+void collect_mla_row(const nlohmann::json& p, Collected& c) {
+  const auto op = p.value("op", "");
+  if (op != "latent_attention" && op != "latent_attention_paged") return;
+  const auto sh = p.value("shape", nlohmann::json::object());
+  const auto r = p.value("roofline", nlohmann::json::object());
+  const auto args = p.value("args", nlohmann::json::object());
+  auto num = [](const nlohmann::json& j, const char* k) {
+    return j.value(k, nlohmann::json()).is_number() ? j.at(k).get<double>() : NAN;
+  };
+  auto fixed = [](double v, int digits) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : std::string("-"); };
+  // Without ceilings (--no-calibrate on a CPU) there is no ridge: the intensity alone.
+  const double intensity = num(p, "intensity"), ridge = num(r, "ridge_flop_per_byte");
+  const std::string bound = std::isfinite(ridge) ? p.value("bound", "") : "-";
+  c.mla_rows.push_back(fmt::format(
+      "  {:<18} {:<5} {:>5} {:>4} {:>7} {:>5} {:>8} {:>7} {:>6}  {:<7} {:>9} {:>8} {:>7}\n", p.value("model", ""),
+      p.value("dtype", ""), sh.value("B", 0), sh.value("H", 0), sh.value("L", 0),
+      op == "latent_attention" ? std::string("-") : std::to_string(args.value("page_size", std::uint64_t{0})),
+      fixed(intensity, 1), fixed(ridge, 1), fixed(intensity / ridge, 2), bound, fixed(num(p, "tflops"), 3),
+      fixed(num(p, "gbps"), 1), std::isfinite(num(r, "fraction_of_roofline")) ? fixed(100.0 * num(r, "fraction_of_roofline"), 1) + "%" : "-"));
+}
+
+std::string mla_section(const Collected& c) {
+  if (c.mla_rows.empty()) return "";
+  std::string out =
+      "\nMLA decode attention (absorbed): intensity against the ridge (I/ridge < 1: memory-bound; about "
+      "2*H*(2R+P)/(c*(R+P)) FLOP/B at any batch and context)\n";
+  out += fmt::format("  {:<18} {:<5} {:>5} {:>4} {:>7} {:>5} {:>8} {:>7} {:>6}  {:<7} {:>9} {:>8} {:>7}\n", "model", "dtype",
+                     "batch", "H", "context", "page", "FLOP/B", "ridge", "I/rdg", "bound", "TFLOP/s", "GB/s", "roof");
+  for (const auto& row : c.mla_rows) out += row;
+  return out;
+}
+
 Collected collect(const nlohmann::json& results) {
   Collected c;
   for (const auto* entry : standing_points(results)) {
@@ -140,6 +178,7 @@ Collected collect(const nlohmann::json& results) {
     }
     if (status == "ok") collect_gemv_time(p, c);
     if (status == "ok") collect_measurement(p, c);
+    if (status == "ok") collect_mla_row(p, c);
     if (status != "ok" || !p.contains("roofline")) continue;
     const auto& r = p.at("roofline");
     if (r.at("fraction_of_roofline").is_number()) g.fractions.push_back(r.at("fraction_of_roofline").get<double>());
@@ -398,6 +437,7 @@ std::string summarize(const nlohmann::json& results) {
   out += paged_section(c);
   out += fp8_cache_section(c);
   out += steps_section(c);
+  out += mla_section(c);
   out += crossings_section(results, pb);
   out += moe_crossings_section(results, pb);
   out += int4_section(c);

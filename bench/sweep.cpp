@@ -79,6 +79,15 @@ void apply_defaults(SweepConfig& c, const Backend& backend) {
                          : std::vector<std::string>{"qwen3-30b-a3b"};
     }
   }
+  if (c.mla_models.empty()) {
+    if (c.models_given) {
+      for (const auto& name : c.models)
+        if (load_model(name).uses_mla()) c.mla_models.push_back(name);
+    } else {
+      c.mla_models = gpu ? std::vector<std::string>{"deepseek-v2-lite", "deepseek-v3"}
+                         : std::vector<std::string>{"deepseek-v2-lite"};
+    }
+  }
   for (const auto& a : OpRegistry::get().axes()) {
     if (a.text) {
       auto& w = c.axes.texts[a.key];
@@ -133,6 +142,8 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
     if (!listed(all_models, a)) all_models.push_back(a);
   for (const auto& a : c.moe_models)
     if (!listed(all_models, a)) all_models.push_back(a);
+  for (const auto& a : c.mla_models)
+    if (!listed(all_models, a)) all_models.push_back(a);
   for (const auto& name : all_models) {
     const ModelConfig m = load_model(name);
     scope.model = &m;
@@ -142,6 +153,7 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
         const bool for_model = g.models == SweepGroup::Models::linear      ? listed(c.models, name)
                                : g.models == SweepGroup::Models::attention ? listed(c.attention_models, name)
                                : g.models == SweepGroup::Models::moe       ? listed(c.moe_models, name) && m.experts > 0
+                               : g.models == SweepGroup::Models::mla       ? listed(c.mla_models, name) && m.uses_mla()
                                                                            : false;
         // Our attention kernels are grouped-query attention: an MLA model (DeepSeek)
         // has no attention points, its projections still run.

@@ -24,6 +24,10 @@ struct SweepConfig {
   // experts models among them; else Mixtral-8x7B, Qwen3-30B-A3B and
   // DeepSeek-V2-Lite on a GPU, Qwen3-30B-A3B on a CPU (the smallest experts).
   std::vector<std::string> moe_models;
+  // Models the latent_attention group (MLA decode attention) runs for; empty:
+  // with --model given, the MLA models among them; else DeepSeek-V2-Lite and
+  // DeepSeek-V3 on a GPU (16 and 128 heads), DeepSeek-V2-Lite on a CPU.
+  std::vector<std::string> mla_models;
   bool models_given = false;  // --model (or PHASEBENCH_MODEL) was set
   std::vector<DType> dtypes;  // empty: the backend's default
   std::set<std::string> groups;  // empty: every group with points

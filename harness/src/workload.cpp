@@ -198,6 +198,13 @@ OpCost decode_latent_attention_cost(const LatentAttentionShape& s, std::uint64_t
   return r;
 }
 
+OpCost decode_latent_attention_paged_cost(const LatentAttentionShape& s, std::uint64_t c, std::uint64_t a,
+                                          std::uint64_t page_size) {
+  OpCost r = decode_latent_attention_cost(s, c, a);
+  r.bytes.block_table = mul({4, s.B, pages_per_sequence(s.L, page_size)}, "block-table bytes");
+  return r;
+}
+
 OpCost latent_append_cost(std::uint64_t tokens, std::uint64_t width, std::uint64_t a, std::uint64_t c) {
   OpCost r;
   r.bytes.activations = mul({a, tokens, width}, "latent append read bytes");

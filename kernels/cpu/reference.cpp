@@ -323,4 +323,30 @@ void check_moe(const MoeInputs& in, const std::vector<std::uint64_t>& tokens, DT
   check_close(g, wv, tolerance_for(out_type), os.str(), &sv);
 }
 
+
+void latent_attention_head(const float* q, std::size_t L, std::size_t R, std::size_t P, float scale,
+                           const std::function<const float*(std::size_t)>& latent, double* out) {
+  const std::size_t W = R + P;
+  std::vector<double> s(L);
+  double mx = -1e300;
+  for (std::size_t l = 0; l < L; ++l) {
+    const float* c = latent(l);
+    double dot = 0;
+    for (std::size_t d = 0; d < W; ++d) dot += static_cast<double>(q[d]) * c[d];  // the nope (latent) and rope parts
+    s[l] = dot * scale;
+    mx = std::max(mx, s[l]);
+  }
+  double denom = 0;
+  for (auto& x : s) {
+    x = std::exp(x - mx);
+    denom += x;
+  }
+  std::fill(out, out + R, 0.0);
+  for (std::size_t l = 0; l < L; ++l) {
+    const float* c = latent(l);
+    const double w = s[l] / denom;
+    for (std::size_t d = 0; d < R; ++d) out[d] += w * c[d];  // values: the first R elements of the latent
+  }
+}
+
 }  // namespace phasebench::reference

@@ -103,4 +103,12 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
 void check_rows_close(const std::vector<float>& got, const std::vector<double>& want, std::size_t row_len, Tolerance tol,
                       const std::string& what);
 
+
+// One query head of MLA decode attention, absorbed form (ops/latent_attention.hpp):
+// out[R] = softmax(q . C^T * scale) C[:, :R] over L latent rows of R + P
+// elements; latent(l) returns a pointer to the R + P floats of token l, q has
+// R + P. Double accumulation.
+void latent_attention_head(const float* q, std::size_t L, std::size_t R, std::size_t P, float scale,
+                           const std::function<const float*(std::size_t)>& latent, double* out);
+
 }  // namespace phasebench::reference

@@ -3,7 +3,7 @@
 # linear through cuBLASLt, decode GEMV own and cuBLASLt rows, decode attention
 # contiguous, paged and split-KV, KV append, prefill attention flash and cuBLAS,
 # whole layers in prefill and decode, a free-form shape; then the MoE experts on
-# a tiny mixture of experts); every point must be
+# a tiny mixture of experts; MLA decode attention on DeepSeek-V2-Lite's shape); every point must be
 # prepared and verified (none wrong, none skipped), and timing must be refused.
 # Run by CTest: cmake -DPHASEBENCH_EMU_BINARY=... -DMODEL=... -P verify_sweep.cmake
 execute_process(
@@ -54,6 +54,26 @@ foreach(want
     "ok +decode/moe/tiny-moe.experts/bf16/batch:1/routing:uniform/impl:blas"
     "ok +decode/moe/tiny-moe.experts/fp16/batch:16/routing:hot:0.5/impl:blas"
     "ok +prefill/moe/tiny-moe.experts/bf16/prompt:17/routing:zipf:1.5/impl:blas")
+  if(NOT out MATCHES "${want}")
+    message(FATAL_ERROR "no verified point matches '${want}'")
+  endif()
+endforeach()
+# MLA decode attention (tensor cores, split-KV) on DeepSeek-V2-Lite's shape at
+# small sizes: contiguous and paged, bf16 and fp16.
+execute_process(
+  COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --verify-only --dtype bf16,fp16 --ops latent_attention
+          --model deepseek-v2-lite --mla-batches 1,3 --mla-contexts 40 --mla-page-size 16
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "phasebench-emu --verify-only --ops latent_attention exited with ${rc}")
+endif()
+if(out MATCHES "WRONG|ERROR|skipped ")
+  message(FATAL_ERROR "an MLA point was wrong, failed or was skipped")
+endif()
+foreach(want
+    "ok +decode/latent_attention/deepseek-v2-lite/bf16/batch:1/context:40"
+    "ok +decode/latent_attention_paged/deepseek-v2-lite/fp16/batch:3/context:40/page:16")
   if(NOT out MATCHES "${want}")
     message(FATAL_ERROR "no verified point matches '${want}'")
   endif()

@@ -187,27 +187,46 @@ TEST(GpuSweepDefaults, AttentionAlsoForLlama70BUnlessModelsAreGiven) {
   EXPECT_EQ(ops_70b["decode/attention_paged"], attention_8b);
   EXPECT_GT(ops_70b["prefill/attention"], 0);
   EXPECT_EQ(ops_70b.size(), 3u);
-  // The moe group: its three MoE models, nothing else of theirs.
-  std::set<std::string> moe_models;
+  // The moe group: its three MoE models, nothing else of theirs; the
+  // latent_attention group: the two MLA models.
+  std::set<std::string> moe_models, mla_models;
   for (const auto& p : build_sweep(c, fake))
     if (p.op == "moe") {
       moe_models.insert(p.model);
+    } else if (p.op.rfind("latent_attention", 0) == 0) {
+      mla_models.insert(p.model);
     } else {
       EXPECT_TRUE(p.model == "llama-3.1-8b" || p.model == "llama-3.1-70b") << p.name;
     }
   EXPECT_EQ(moe_models, (std::set<std::string>{"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite"}));
+  EXPECT_EQ(mla_models, (std::set<std::string>{"deepseek-v2-lite", "deepseek-v3"}));
+  // Its GPU defaults: a small-batch short-context point (split-KV) and points
+  // with at least 256 MiB of latent cache (the 70%-of-read-bandwidth target's size).
+  std::uint64_t largest_cache = 0;
+  bool small = false;
+  for (const auto& p : build_sweep(c, fake))
+    if (p.op.rfind("latent_attention", 0) == 0) {
+      largest_cache = std::max(largest_cache, p.cost.bytes.kv_cache);
+      small = small || (p.args.at("batch") == 1 && p.args.at("context") == 1024);
+    }
+  EXPECT_GE(largest_cache, 256ull << 20);
+  EXPECT_TRUE(small);
   // --model given: exactly those models, for every group.
   SweepConfig given;
   given.models = {"llama-3.1-8b"};
   given.models_given = true;
   apply_defaults(given, fake);
   for (const auto& p : build_sweep(given, fake)) EXPECT_EQ(p.model, "llama-3.1-8b") << p.name;
-  // The CPU backend keeps to `models`, but for the moe group's MoE model.
+  // The CPU backend keeps to `models`, but for the moe group's MoE model and the
+  // latent_attention group's MLA model.
   auto cpu = make_cpu_backend();
   SweepConfig on_cpu;
   apply_defaults(on_cpu, *cpu);
   for (const auto& p : build_sweep(on_cpu, *cpu))
-    EXPECT_EQ(p.model, p.op == "moe" ? "qwen3-30b-a3b" : "llama-3.1-8b") << p.name;
+    EXPECT_EQ(p.model, p.op == "moe"                              ? "qwen3-30b-a3b"
+                       : p.op.rfind("latent_attention", 0) == 0 ? "deepseek-v2-lite"
+                                                                : "llama-3.1-8b")
+        << p.name;
 }
 
 TEST(LayerResults, MeasuredAndPredictedStepTimes) {

@@ -139,8 +139,9 @@ struct SweepGroup {
   std::string help;  // one line for --ops
   int order = 0;     // groups run in ascending order, for each model and dtype
   // Which model list it runs for: the linear models, the attention models, the
-  // mixture-of-experts models (SweepConfig::moe_models), or none.
-  enum class Models { linear, attention, moe, none } models = Models::linear;
+  // mixture-of-experts models (SweepConfig::moe_models), the multi-head latent
+  // attention models (SweepConfig::mla_models), or none.
+  enum class Models { linear, attention, moe, mla, none } models = Models::linear;
   std::function<std::vector<Point>(const SweepScope&)> points;
 };
 

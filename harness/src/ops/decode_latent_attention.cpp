@@ -1,0 +1,113 @@
+// MLA decode attention, absorbed form (ops/latent_attention.hpp; DESIGN:
+// 2*B*H*L*(2R + P) FLOPs; c*B*L*(R + P) cache bytes, a*B*H*(R + P) query and
+// a*B*H*R output bytes; paged: + 4 bytes per page per sequence), over a
+// contiguous latent cache [B, L, R+P] or a paged one (pages [pages, page, R+P]
+// plus an int32 block table per sequence). One sweep group, latent_attention:
+// for each MLA model (SweepConfig::mla_models: the MLA models of --model, else
+// DeepSeek-V2-Lite and V3 on a GPU, V2-Lite on a CPU; H from the config: 16 and
+// 128), --mla-batches x --mla-contexts, contiguous and paged (--mla-page-size,
+// 64 as FlashMLA).
+#include <cmath>
+
+#include "phasebench/checked.hpp"
+#include "phasebench/error.hpp"
+#include "phasebench/ops/latent_attention.hpp"
+
+namespace phasebench {
+
+OpRequest latent_attention_request(const LatentAttentionShape& s, DType dtype, bool paged, std::uint64_t qk_dim,
+                                   std::uint64_t page_size, std::uint64_t splits, std::uint64_t seed) {
+  if (qk_dim == 0) throw InputError("MLA decode attention: qk_dim (qk_nope + qk_rope) must be positive");
+  if (paged && page_size == 0) throw InputError("MLA decode attention: the page size must be a positive integer");
+  OpRequest r;
+  r.kind = paged ? kDecodeLatentAttentionPaged : kDecodeLatentAttention;
+  r.phase = Phase::decode;
+  r.dtype = dtype;
+  r.impl = Impl::own;
+  r.shape = s.shape();
+  if (paged) r.params.set("page_size", page_size);
+  r.params.set("splits", splits);
+  r.params.set("qk_dim", qk_dim);
+  r.seed = seed;
+  return r;
+}
+
+float latent_attention_scale(const OpRequest& r) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(r.params["qk_dim"])));
+}
+
+namespace {
+
+OpCost contiguous_cost(const OpRequest& r) {
+  const auto e = element_bytes(r.dtype);
+  return decode_latent_attention_cost(LatentAttentionShape::of(r.shape), e, e);
+}
+
+OpCost paged_cost(const OpRequest& r) {
+  const auto e = element_bytes(r.dtype);
+  return decode_latent_attention_paged_cost(LatentAttentionShape::of(r.shape), e, e, r.params["page_size"]);
+}
+
+// The page pool holds whole pages: the last page of each sequence is allocated in full.
+std::uint64_t paged_footprint(const OpRequest& r) {
+  const auto s = LatentAttentionShape::of(r.shape);
+  const auto P = r.params["page_size"], c = element_bytes(r.dtype);
+  const auto pages = mul(s.B, pages_per_sequence(s.L, P), "pages");
+  const auto cost = paged_cost(r);
+  return add(mul({c, pages, P, add(s.R, s.P)}, "paged latent cache bytes"),
+             add(cost.bytes.activations + cost.bytes.writes, mul(4, pages)));
+}
+
+}  // namespace
+
+}  // namespace phasebench
+
+PHASEBENCH_DECLARE_OPS(decode_latent_attention) {
+  using namespace phasebench;
+  registry.declare(OpDecl{kDecodeLatentAttention, {"B", "H", "L", "R", "P"}, {"splits", "qk_dim"}, contiguous_cost,
+                          [](const OpRequest& r) { return contiguous_cost(r).bytes.total(); }, {}});
+  registry.declare(OpDecl{kDecodeLatentAttentionPaged, {"B", "H", "L", "R", "P"}, {"page_size", "splits", "qk_dim"},
+                          paged_cost, paged_footprint, {}});
+  // GPU: small-batch short-context points (split-KV) up to >= 256 MiB of latent
+  // cache (bf16: B*L*1152 bytes; 64 x 8192 is 604 MB). CPU: four small points.
+  registry.axis(AxisDecl{"mla_batches", "--mla-batches", "PHASEBENCH_MLA_BATCHES",
+                         "batch sizes of the latent_attention group", false, {1, 8, 64, 256}, {1, 4}, {}});
+  registry.axis(AxisDecl{"mla_contexts", "--mla-contexts", "PHASEBENCH_MLA_CONTEXTS",
+                         "context lengths (tokens in the latent cache) of the latent_attention group", false,
+                         {1024, 8192}, {2048}, {}});
+  registry.axis(AxisDecl{"mla_page_size", "--mla-page-size", "PHASEBENCH_MLA_PAGE_SIZE",
+                         "tokens per page of the paged latent cache (FlashMLA uses 64)", true, {64}, {64},
+                         [](const std::vector<std::uint64_t>& v) {
+                           for (auto p : v)
+                             if (p == 0) throw InputError("--mla-page-size: the page size must be a positive integer");
+                         }});
+  registry.group(SweepGroup{
+      "latent_attention",
+      "MLA decode attention (DeepSeek, absorbed form) for each MLA model (with --model: those among them; else "
+      "DeepSeek-V2-Lite and V3 on a GPU, V2-Lite on a CPU) over --mla-batches x --mla-contexts, contiguous and paged "
+      "(--mla-page-size)",
+      35, SweepGroup::Models::mla, [](const SweepScope& sc) {
+        std::vector<Point> pts;
+        const auto P = sc.axes->one("mla_page_size");
+        {
+          const ModelConfig& m = *sc.model;
+          const auto& a = m.mla;
+          const auto qk = a.qk_nope + a.qk_rope;
+          for (const bool paged : {false, true}) {
+            if (sc.impls(latent_attention_request({1, m.heads, 1, a.kv_lora_rank, a.qk_rope}, sc.dtype, paged, qk, P),
+                         false)
+                    .empty())
+              continue;  // the backend has no such kernel for this dtype
+            for (auto B : (*sc.axes)["mla_batches"])
+              for (auto L : (*sc.axes)["mla_contexts"]) {
+                auto r = latent_attention_request({B, m.heads, L, a.kv_lora_rank, a.qk_rope}, sc.dtype, paged, qk, P);
+                std::vector<PointArg> args{{"batch", B, "batch"}, {"context", L, "context"}};
+                if (paged) args.push_back({"page_size", P, "page"});
+                pts.push_back(make_point("decode", paged ? "latent_attention_paged" : "latent_attention", m.name, "",
+                                         m.name, r, args, false));
+              }
+          }
+        }
+        return pts;
+      }});
+}
