@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, FlashConfig<D>::kMinBlocks)
   float o[DB][4];
 #pragma unroll
   for (int j = 0; j < DB; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-  float m_a = kNegInf, m_b = kNegInf;  // running max (log2 units) of rows a and b
+  float m_a = kNegInf, m_b = kNegInf;  // running max of the raw scores of rows a and b
   float l_a = 0.f, l_b = 0.f;          // this lane's share of the running sums
   unsigned qf[C::kQInRegs ? KD : 1][4];
   const unsigned q_warp = Qs + static_cast<unsigned>(((warp * 16 + qa_row) * LD + qa_col) * 2);
@@ -235,20 +235,21 @@ __global__ void __launch_bounds__(kThreads, FlashConfig<D>::kMinBlocks)
       }
     }
 
-    // Scale to log2 units; mask keys after the row where the tile crosses this warp's diagonal.
-    const bool diagonal = n0 + BN - 1 > wrow0;
+    // Mask keys after the row, only where the tile crosses this warp's diagonal.
+    if (n0 + BN - 1 > wrow0) {
 #pragma unroll
-    for (int j = 0; j < NB; ++j) {
+      for (int j = 0; j < NB; ++j) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = n0 + j * 8 + 2 * t + (i & 1);
-        const int row = i < 2 ? row_a : row_b;
-        const float x = s[j][i] * scale_log2;
-        s[j][i] = (diagonal && key > row) ? kNegInf : x;
+        for (int i = 0; i < 4; ++i) {
+          const int key = n0 + j * 8 + 2 * t + (i & 1);
+          if (key > (i < 2 ? row_a : row_b)) s[j][i] = kNegInf;
+        }
       }
     }
 
-    // Online softmax: the new row maxima over the quad (the 4 lanes that share a row).
+    // Online softmax on raw scores (the scale is positive, so the maxima are the same);
+    // the scale to log2 units goes into one FMA per element: p = exp2(s * scale - max * scale).
+    // The new row maxima over the quad (the 4 lanes that share a row):
     float mx_a = m_a, mx_b = m_b;
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
@@ -260,10 +261,10 @@ __global__ void __launch_bounds__(kThreads, FlashConfig<D>::kMinBlocks)
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
     // A row with no key yet keeps a zero base, so exp2 never sees -inf - -inf.
-    const float base_a = mx_a == kNegInf ? 0.f : mx_a;
-    const float base_b = mx_b == kNegInf ? 0.f : mx_b;
-    const float alpha_a = exp2f(m_a - base_a);
-    const float alpha_b = exp2f(m_b - base_b);
+    const float base_a = mx_a == kNegInf ? 0.f : mx_a * scale_log2;
+    const float base_b = mx_b == kNegInf ? 0.f : mx_b * scale_log2;
+    const float alpha_a = exp2f(fmaf(m_a, scale_log2, -base_a));  // 0 while m_a is -inf
+    const float alpha_b = exp2f(fmaf(m_b, scale_log2, -base_b));
     m_a = mx_a;
     m_b = mx_b;
 
@@ -273,8 +274,8 @@ __global__ void __launch_bounds__(kThreads, FlashConfig<D>::kMinBlocks)
     float rs_a = 0.f, rs_b = 0.f;
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
-      const float p0 = exp2f(s[j][0] - base_a), p1 = exp2f(s[j][1] - base_a);
-      const float p2 = exp2f(s[j][2] - base_b), p3 = exp2f(s[j][3] - base_b);
+      const float p0 = exp2f(fmaf(s[j][0], scale_log2, -base_a)), p1 = exp2f(fmaf(s[j][1], scale_log2, -base_a));
+      const float p2 = exp2f(fmaf(s[j][2], scale_log2, -base_b)), p3 = exp2f(fmaf(s[j][3], scale_log2, -base_b));
       rs_a += p0 + p1;
       rs_b += p2 + p3;
       pa[j >> 1][(j & 1) * 2 + 0] = pack2(Tag{}, p0, p1);
