@@ -288,8 +288,8 @@ std::vector<PrefillCase> prefill_cases() {
       v.push_back({impl, DType::bf16, 1, S, 4, 4, 128});  // GQA 1
       v.push_back({impl, DType::fp16, 2, S, 8, 2, 64});   // GQA 4, B=2
     }
-  // The flash kernel's tiling: 128 query rows per CTA in 8 warps of 16, key tiles of
-  // 64 (head_dim 64, 128) or 32 (head_dim 256). Prompts that are not multiples of any
+  // The flash kernel's tiling: 128 query rows per CTA in 8 warps of 16 (head_dim 64,
+  // 256) or 4 warps of 32 (head_dim 128), key tiles of 64 (head_dim 64, 128) or 32 (256). Prompts that are not multiples of any
   // of them, one or two CTAs along the prompt, B = 1 and odd B, every head_dim, GQA
   // 1, 4 and 8, both types.
   for (std::uint64_t S : {1u, 17u, 129u, 200u, 300u}) {
