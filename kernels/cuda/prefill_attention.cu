@@ -1,9 +1,7 @@
-// Prefill attention on CUDA (prefill_attention.hpp): the flash kernel (WMMA),
+// Prefill attention on CUDA (prefill_attention.hpp): the flash kernel (mma.sync),
 // the cuBLAS path with a materialised score matrix, and the operation (kind
 // prefill_attention, impls own and blas) verified row by row against the CPU reference.
 #include "cuda/prefill_attention.hpp"
-
-#include <mma.h>
 
 #include <algorithm>
 #include <cmath>
@@ -20,210 +18,357 @@
 #include "phasebench/error.hpp"
 #include "phasebench/ops/attention.hpp"
 
-// First version of the flash kernel: WMMA 16x16x16 (bf16/fp16 in, fp32
-// accumulate), plain synchronous tile loads, scores and P staged through a
-// per-warp shared-memory scratch because WMMA's accumulator layout is opaque.
-// What would raise it toward the GEMM ceiling, in order of payoff on Hopper:
-//   - wgmma (sm_90a) with a 128-row Q tile per warpgroup, K/V brought in by TMA
-//     (cp.async.bulk.tensor) into a 2-3 stage mbarrier pipeline, the softmax on
-//     the accumulators in registers (no shared-memory round trip for S and P);
-//   - FA3-style warp specialisation (producer warp for TMA, two consumer
-//     warpgroups ping-ponging softmax and GEMMs) and intra-warpgroup overlap;
-//   - short of that, on any sm_80+: mma.sync m16n8k16 with ldmatrix (documented
-//     fragment layouts, so S and P stay in registers) and cp.async double buffering.
+// The flash kernel, in the FlashAttention-2 manner, for any sm_80+ (mma.sync;
+// a wgmma/TMA path for sm_90a is not written):
+//   - one CTA per (128 query rows, query head, batch); the longest causal tiles first;
+//   - head_dim 128 (the target shape): 4 warps of 32 query rows (two m16 row blocks),
+//     so each K/V fragment read from shared memory feeds two MMAs, and two CTAs fit an
+//     SM (<= 255 registers of 128 threads, 102 KiB each): one CTA's barrier is hidden
+//     by the other's work. head_dim 64 and 256: 8 warps of 16 query rows;
+//   - S = Q K^T and O += P V on tensor cores with mma.sync.m16n8k16 (fp32
+//     accumulate), fragments brought from shared memory by ldmatrix (.trans for V);
+//   - S, P and O never leave registers: the m16n8k16 accumulator layout of S is,
+//     pair by pair, the A-operand layout of P V, so P is packed to 16 bits in place;
+//     the online softmax works on the accumulators with quad shuffles;
+//   - K/V tiles of BN keys (64; 32 for head_dim 256) double-buffered by cp.async
+//     (16-byte copies, rows past S zero-filled): tile i+1 is in flight while tile i
+//     is computed, one barrier per tile;
+//   - causal: a CTA reads key tiles up to its last row only, a warp skips tiles wholly
+//     after its own last row (and tail warps past S), and only tiles that cross a row
+//     block's diagonal are masked;
+//   - Q's fragments stay in registers for head_dim 64 (loaded once); head_dim 128
+//     (two row blocks) and 256 read them from shared memory at every tile.
+// Padded shared-memory rows (D + 8 elements) make every ldmatrix phase conflict-free.
+//
+// ptxas -v (CUDA 13; bf16 and fp16 alike), registers / spill bytes, dynamic shared memory:
+//   head_dim  64: sm_80 128 / 4,  sm_90 128 / 0, 54 KiB  (256 threads, 2 CTAs = 16 warps per SM)
+//   head_dim 128: sm_80 255 / 4,  sm_90 255 / 24, 102 KiB (128 threads, 2 CTAs = 8 warps per SM)
+//   head_dim 256: sm_80 242 / 0,  sm_90 240 / 0, 132 KiB (256 threads, 1 CTA = 8 warps per SM)
+// (8 warps of 16 rows at head_dim 128 took 204 / 215 registers, no spills, but only one
+// CTA per SM and twice the ldmatrix traffic; 32-key tiles at head_dim 128 take 254
+// registers without spills, at twice the barriers.)
+// Shared-memory traffic per 128 x 64 tile at head_dim 128: 4 warps x (16 KiB of K, 16 KiB
+// of V, 8 KiB of Q fragments) read by ldmatrix + 32 KiB written by cp.async, 192 KiB for
+// 4.2 MFLOP: about as long as the tensor cores take for the MMAs with mma.sync.
 
 namespace phasebench::cuda {
 
 namespace {
 
-using namespace nvcuda;
-
-constexpr int kBM = 64;         // query rows per CTA
-constexpr int kBN = 64;         // keys per K/V tile
-constexpr int kWarps = 4;       // 16 query rows each
-constexpr int kThreads = kWarps * 32;
-static_assert(kBM == kWarps * 16, "one 16-row WMMA tile per warp");
-static_assert(kBM == kBN, "the causal loop relies on square tiles (the diagonal tile starts at the Q tile's first row)");
+constexpr int kBM = 128;  // query rows per CTA
 
 template <int D>
-struct FlashLayout {
-  static constexpr int LDT = D + 8;                          // 16-bit elements per Q/K/V smem row (16-byte pad)
-  static constexpr int LDS = (D > kBN ? D : kBN) + 4;        // floats per scratch row (S tile, then P V tile)
-  static constexpr int LDP = kBN + 8;                        // 16-bit elements per P row
-  static constexpr std::size_t q_bytes = std::size_t(kBM) * LDT * 2;
-  static constexpr std::size_t kv_bytes = std::size_t(kBN) * LDT * 2;
-  static constexpr std::size_t scratch_bytes = std::size_t(kWarps) * 16 * LDS * 4;
-  static constexpr std::size_t p_bytes = std::size_t(kWarps) * 16 * LDP * 2;
-  static constexpr std::size_t off_k = q_bytes;
-  static constexpr std::size_t off_v = off_k + kv_bytes;
-  static constexpr std::size_t off_s = off_v + kv_bytes;
-  static constexpr std::size_t off_p = off_s + scratch_bytes;
-  static constexpr std::size_t total = off_p + p_bytes;
-  // WMMA pointers must be 256-bit aligned: every region and every 16-row block is.
-  static_assert(off_k % 128 == 0 && off_v % 128 == 0 && off_s % 128 == 0 && off_p % 128 == 0, "smem alignment");
-  static_assert((16 * LDT * 2) % 32 == 0 && (16 * LDS * 4) % 32 == 0 && (16 * LDP * 2) % 32 == 0, "wmma alignment");
+struct FlashConfig {
+  static constexpr int BN = D <= 128 ? 64 : 32;  // keys per K/V tile
+  // m16 row blocks per warp: head_dim 128 takes two (4 warps of 32 rows), so every K/V
+  // fragment read from shared memory feeds two MMAs; 64 and 256 take one (8 warps of 16).
+  static constexpr int MT = D == 128 ? 2 : 1;
+  static constexpr int kWarps = kBM / (16 * MT);
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr bool kQInRegs = MT == 1 && D <= 128;  // Q fragments held in registers for the whole CTA
+  // CTAs per SM the registers must allow: two for head_dim 64 (<= 128 registers of 256
+  // threads, 54 KiB of shared memory each) and 128 (<= 255 of 128 threads, 102 KiB); one for 256.
+  static constexpr int kMinBlocks = D == 256 ? 1 : 2;
+  static constexpr int LD = D + 8;               // 16-bit elements per shared-memory row (16-byte pad)
+  static constexpr std::size_t q_bytes = std::size_t(kBM) * LD * 2;
+  static constexpr std::size_t kv_bytes = std::size_t(BN) * LD * 2;
+  static constexpr std::size_t total = q_bytes + 4 * kv_bytes;  // Q, then K0, V0, K1, V1
+  static_assert(kBM == kWarps * 16 * MT, "the warps' row blocks cover the CTA's rows");
+  static_assert(D % 16 == 0 && BN % 16 == 0, "whole m16n8k16 steps");
+  static_assert((LD * 2) % 16 == 0 && q_bytes % 128 == 0 && kv_bytes % 128 == 0, "16-byte rows, aligned regions");
+  static_assert((kBM * D / 8) % kThreads == 0 && (BN * D / 8) % kThreads == 0, "whole copy rounds");
 };
 
-// Copy rows [r0, r0+rows) of one head of a [B, S, H, D] tensor into a smem tile
-// (row stride LDT), zero rows at or beyond S.
-template <int D, int LDT>
-__device__ __forceinline__ void load_tile(std::uint16_t* __restrict__ dst, const std::uint16_t* __restrict__ src,
-                                          int b, int r0, int rows, int S, int H, int h) {
+// ---- inline PTX, one instruction per helper (emulated in kernels/cuda_emu) ----------
+// Shared-memory operands are 32-bit .shared addresses, as smem_addr gives them.
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 matrices of 16-bit elements; lane 8i+j gives the address of row j of matrix i.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_row));
+}
+
+// The same, each matrix transposed.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_row));
+}
+
+// 16 bytes global -> shared, of which the first src_bytes (16 or 0) are read and the rest zero-filled.
+__device__ __forceinline__ void cp_async_16(unsigned smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// c += a b (m16n8k16, fp32 accumulate).
+__device__ __forceinline__ void mma_16816(Bf16Tag, float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_16816(Fp16Tag, float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats to a 16-bit pair (lo in the low half), rounded to nearest even.
+__device__ __forceinline__ unsigned pack2(Bf16Tag, float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  unsigned u;
+  memcpy(&u, &h, sizeof u);
+  return u;
+}
+__device__ __forceinline__ unsigned pack2(Fp16Tag, float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  unsigned u;
+  memcpy(&u, &h, sizeof u);
+  return u;
+}
+
+// Rows [r0, r0 + ROWS) of one head of a [B, S, H, D] tensor into a shared tile (row
+// stride LD) with cp.async by THREADS threads; rows at or beyond S are zero-filled
+// (their source address is row 0's, never read). The caller commits the group.
+template <int D, int ROWS, int LD, int THREADS>
+__device__ __forceinline__ void load_tile_async(unsigned dst, const std::uint16_t* __restrict__ src, int b, int r0,
+                                                int S, int H, int h) {
   constexpr int VPR = D / 8;  // 16-byte vectors per row
-  for (int i = threadIdx.x; i < rows * VPR; i += kThreads) {
+#pragma unroll
+  for (int it = 0; it < ROWS * VPR / THREADS; ++it) {
+    const int i = it * THREADS + static_cast<int>(threadIdx.x);
     const int r = i / VPR;
     const int c = i % VPR;
     const int pos = r0 + r;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (pos < S)
-      val = __ldg(reinterpret_cast<const uint4*>(src + ((static_cast<std::size_t>(b) * S + pos) * H + h) * D) + c);
-    *reinterpret_cast<uint4*>(dst + r * LDT + c * 8) = val;
+    const bool in = pos < S;
+    const std::uint16_t* g = src + ((static_cast<std::size_t>(b) * S + (in ? pos : 0)) * H + h) * D + c * 8;
+    cp_async_16(dst + static_cast<unsigned>((r * LD + c * 8) * 2), g, in ? 16 : 0);
   }
 }
 
 template <class Tag, int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(FlashConfig<D>::kThreads, FlashConfig<D>::kMinBlocks)
     prefill_flash_kernel(const std::uint16_t* __restrict__ q, const std::uint16_t* __restrict__ k,
                          const std::uint16_t* __restrict__ v, std::uint16_t* __restrict__ out, int S, int Hq, int Hkv,
                          float scale_log2) {
-  using T = typename Tag::native;
-  using L = FlashLayout<D>;
+  using C = FlashConfig<D>;
+  constexpr int BN = C::BN, LD = C::LD, MT = C::MT, TH = C::kThreads;
+  constexpr int NB = BN / 8;   // 8-key column blocks of S
+  constexpr int DB = D / 8;    // 8-wide column blocks of O
+  constexpr int KD = D / 16;   // k-steps of Q K^T
+  constexpr int KN = BN / 16;  // k-steps of P V
   constexpr float kNegInf = -INFINITY;
   extern __shared__ __align__(128) unsigned char smem[];
-  auto* Qs = reinterpret_cast<std::uint16_t*>(smem);
-  auto* Ks = reinterpret_cast<std::uint16_t*>(smem + L::off_k);
-  auto* Vs = reinterpret_cast<std::uint16_t*>(smem + L::off_v);
-  auto* Sc = reinterpret_cast<float*>(smem + L::off_s);
-  auto* Ps = reinterpret_cast<std::uint16_t*>(smem + L::off_p);
+  const unsigned Qs = smem_addr(smem);  // .shared addresses: Q, then K0, V0, K1, V1
+  auto kv_tile = [&](int buf, int which) {  // which: 0 K, 1 V
+    return Qs + static_cast<unsigned>(C::q_bytes + (2 * buf + which) * C::kv_bytes);
+  };
 
-  const int qtile = gridDim.x - 1 - blockIdx.x;  // longest (last) tiles first: better causal load balance
-  const int hq = blockIdx.y;
-  const int b = blockIdx.z;
+  const int qtile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest (last) tiles first
+  const int hq = static_cast<int>(blockIdx.y);
+  const int b = static_cast<int>(blockIdx.z);
   const int hkv = hq / (Hq / Hkv);
   const int m0 = qtile * kBM;
-  const int warp = threadIdx.x >> 5;
-  const int lane = threadIdx.x & 31;
-  // Softmax / output ownership: lane -> row r of the warp's 16, half hf of the columns.
-  const int r = lane >> 1;
-  const int hf = lane & 1;
-  const int qpos = m0 + warp * 16 + r;
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int g = lane >> 2, t = lane & 3;  // the accumulator layout's groupID and threadID_in_group
+  const int wrow0 = m0 + warp * 16 * MT;  // this warp's first query row
+  const int wrow_last = wrow0 + 16 * MT - 1;
+  // Row block mt of the warp: accumulator elements 0, 1 in row wrow0 + 16 mt + g ("a"), 2, 3 eight below ("b").
+  // ldmatrix row addresses of this lane (matrix i = lane / 8, row j = lane % 8):
+  const int qa_row = lane & 15, qa_col = (lane >> 4) << 3;                     // Q (A): rows 0-15, k 0/8
+  const int kb_row = ((lane >> 4) << 3) + (lane & 7), kb_col = ((lane >> 3) & 1) << 3;  // K (B): n 0-15, k 0/8
+  const int vb_row = (((lane >> 3) & 1) << 3) + (lane & 7), vb_col = (lane >> 4) << 3;  // V (B, .trans): k 0-15, n 0/8
 
-  float* sc = Sc + warp * 16 * L::LDS;
-  std::uint16_t* pw = Ps + warp * 16 * L::LDP;
-  const T* qw = reinterpret_cast<const T*>(Qs + warp * 16 * L::LDT);
+  const int n_end = min(S, m0 + kBM);  // causal: keys up to this CTA's last row
+  const int n_tiles = (n_end + BN - 1) / BN;
 
-  load_tile<D, L::LDT>(Qs, q, b, m0, kBM, S, Hq, hq);
+  load_tile_async<D, kBM, LD, TH>(Qs, q, b, m0, S, Hq, hq);
+  load_tile_async<D, BN, LD, TH>(kv_tile(0, 0), k, b, 0, S, Hkv, hkv);
+  load_tile_async<D, BN, LD, TH>(kv_tile(0, 1), v, b, 0, S, Hkv, hkv);
+  cp_async_commit();
 
-  float o[D / 2];
+  float o[MT][DB][4];
+  float m_a[MT], m_b[MT];  // running max of the raw scores of rows a and b
+  float l_a[MT], l_b[MT];  // this lane's share of the running sums
 #pragma unroll
-  for (int c = 0; c < D / 2; ++c) o[c] = 0.f;
-  float m_i = kNegInf, l_i = 0.f;
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < DB; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
+    m_a[mt] = m_b[mt] = kNegInf;
+    l_a[mt] = l_b[mt] = 0.f;
+  }
+  unsigned qf[C::kQInRegs ? KD : 1][4];
+  const unsigned q_warp = Qs + static_cast<unsigned>(((warp * 16 * MT + qa_row) * LD + qa_col) * 2);
 
-  const int n_end = min(S, m0 + kBM);  // causal: keys up to the last row of this Q tile
-  for (int n0 = 0; n0 < n_end; n0 += kBN) {
-    __syncthreads();  // every warp is done with the previous K/V tile
-    load_tile<D, L::LDT>(Ks, k, b, n0, kBN, S, Hkv, hkv);
-    load_tile<D, L::LDT>(Vs, v, b, n0, kBN, S, Hkv, hkv);
-    __syncthreads();
+  for (int it = 0; it < n_tiles; ++it) {
+    const int n0 = it * BN;
+    cp_async_wait<0>();  // tile it (and Q) landed, for this thread's copies
+    __syncthreads();     // ... and everyone's; every warp is also done with tile it-1's buffer
+    if (it + 1 < n_tiles) {
+      const int nb = (it + 1) & 1;
+      load_tile_async<D, BN, LD, TH>(kv_tile(nb, 0), k, b, n0 + BN, S, Hkv, hkv);
+      load_tile_async<D, BN, LD, TH>(kv_tile(nb, 1), v, b, n0 + BN, S, Hkv, hkv);
+      cp_async_commit();
+    }
+    if constexpr (C::kQInRegs) {
+      if (it == 0) {
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk) ldmatrix_x4(qf[kk], q_warp + kk * 32);
+      }
+    }
+    // Nothing to do when every key of this tile is after this warp's last row, or the
+    // warp's rows are all past the prompt (a tail CTA); the barrier above is still met.
+    if (n0 > wrow_last || wrow0 >= S) continue;
+    const unsigned k_lane = kv_tile(it & 1, 0) + static_cast<unsigned>((kb_row * LD + kb_col) * 2);
+    const unsigned v_lane = kv_tile(it & 1, 1) + static_cast<unsigned>((vb_row * LD + vb_col) * 2);
 
-    // S_w (16 x kBN) = Q_w K^T
-    {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> sacc[kBN / 16];
+    // S (16 MT x BN) = Q K^T: each K fragment serves the warp's MT row blocks.
+    float s[MT][NB][4];
 #pragma unroll
-      for (int j = 0; j < kBN / 16; ++j) wmma::fill_fragment(sacc[j], 0.f);
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int kk = 0; kk < D; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-        wmma::load_matrix_sync(a, qw + kk, L::LDT);
+      for (int j = 0; j < NB; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
 #pragma unroll
-        for (int j = 0; j < kBN / 16; ++j) {
-          // B[kk'][n] = K[n][kk'] : K rows stored row-major = B column-major.
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bf;
-          wmma::load_matrix_sync(bf, reinterpret_cast<const T*>(Ks + j * 16 * L::LDT + kk), L::LDT);
-          wmma::mma_sync(sacc[j], a, bf, sacc[j]);
+    for (int kk = 0; kk < KD; ++kk) {
+      unsigned a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (C::kQInRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[mt][i] = qf[kk][i];
+        } else {
+          ldmatrix_x4(a[mt], q_warp + static_cast<unsigned>((mt * 16 * LD + kk * 16) * 2));
         }
       }
 #pragma unroll
-      for (int j = 0; j < kBN / 16; ++j) wmma::store_matrix_sync(sc + j * 16, sacc[j], L::LDS, wmma::mem_row_major);
-    }
-    __syncwarp();
-
-    // Online softmax on row r, columns [hf*kBN/2, (hf+1)*kBN/2); the two lanes of a row combine by shuffle.
-    {
-      const float* srow = sc + r * L::LDS + hf * (kBN / 2);
-      const int nb = n0 + hf * (kBN / 2);
-      float mx = kNegInf;
-#pragma unroll 8
-      for (int c = 0; c < kBN / 2; ++c) {
-        const int n = nb + c;
-        if (n <= qpos && n < S) mx = fmaxf(mx, srow[c] * scale_log2);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      const float m_new = fmaxf(m_i, mx);
-      const bool empty = (m_new == kNegInf);
-      const float alpha = empty ? 1.f : exp2f(m_i - m_new);
-      float rs = 0.f;
-      std::uint16_t* prow = pw + r * L::LDP + hf * (kBN / 2);
-#pragma unroll 8
-      for (int c = 0; c < kBN / 2; ++c) {
-        const int n = nb + c;
-        const float p = (!empty && n <= qpos && n < S) ? exp2f(srow[c] * scale_log2 - m_new) : 0.f;
-        const std::uint16_t pe = encode<Tag>(p);
-        prow[c] = pe;
-        rs += decode<Tag>(pe);  // the normaliser sums the same (rounded) P the GEMM uses
-      }
-      rs += __shfl_xor_sync(0xffffffffu, rs, 1);
-      l_i = l_i * alpha + rs;
-      m_i = m_new;
+      for (int j = 0; j < NB; j += 2) {
+        unsigned kb[4];
+        ldmatrix_x4(kb, k_lane + static_cast<unsigned>((j * 8 * LD + kk * 16) * 2));
 #pragma unroll
-      for (int c = 0; c < D / 2; ++c) o[c] *= alpha;
-    }
-    __syncwarp();
-
-    // O_tile (16 x D) = P_w V, staged through the scratch, added into the row's registers.
-    {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[D / 16];
-#pragma unroll
-      for (int j = 0; j < D / 16; ++j) wmma::fill_fragment(oacc[j], 0.f);
-#pragma unroll
-      for (int kk = 0; kk < kBN; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-        wmma::load_matrix_sync(a, reinterpret_cast<const T*>(pw + kk), L::LDP);
-#pragma unroll
-        for (int j = 0; j < D / 16; ++j) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bf;
-          wmma::load_matrix_sync(bf, reinterpret_cast<const T*>(Vs + kk * L::LDT + j * 16), L::LDT);
-          wmma::mma_sync(oacc[j], a, bf, oacc[j]);
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816(Tag{}, s[mt][j], a[mt], kb[0], kb[1]);
+          mma_16816(Tag{}, s[mt][j + 1], a[mt], kb[2], kb[3]);
         }
       }
-#pragma unroll
-      for (int j = 0; j < D / 16; ++j) wmma::store_matrix_sync(sc + j * 16, oacc[j], L::LDS, wmma::mem_row_major);
     }
-    __syncwarp();
-    {
-      const float* orow = sc + r * L::LDS + hf * (D / 2);
+
+    unsigned pa[MT][KN][4];
 #pragma unroll
-      for (int c = 0; c < D / 2; ++c) o[c] += orow[c];
+    for (int mt = 0; mt < MT; ++mt) {
+      const int row_a = wrow0 + mt * 16 + g, row_b = row_a + 8;
+      // Mask keys after the row, only where the tile crosses this row block's diagonal.
+      if (n0 + BN - 1 > wrow0 + mt * 16) {
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int key = n0 + j * 8 + 2 * t + (i & 1);
+            if (key > (i < 2 ? row_a : row_b)) s[mt][j][i] = kNegInf;
+          }
+        }
+      }
+
+      // Online softmax on raw scores (the scale is positive, so the maxima are the same);
+      // the scale to log2 units goes into one FMA per element: p = exp2(s * scale - max * scale).
+      // The new row maxima over the quad (the 4 lanes that share a row):
+      float mx_a = m_a[mt], mx_b = m_b[mt];
+#pragma unroll
+      for (int j = 0; j < NB; ++j) {
+        mx_a = fmaxf(mx_a, fmaxf(s[mt][j][0], s[mt][j][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[mt][j][2], s[mt][j][3]));
+      }
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+      // A row with no key yet keeps a zero base, so exp2 never sees -inf - -inf.
+      const float base_a = mx_a == kNegInf ? 0.f : mx_a * scale_log2;
+      const float base_b = mx_b == kNegInf ? 0.f : mx_b * scale_log2;
+      const float alpha_a = exp2f(fmaf(m_a[mt], scale_log2, -base_a));  // 0 while the old max is -inf
+      const float alpha_b = exp2f(fmaf(m_b[mt], scale_log2, -base_b));
+      m_a[mt] = mx_a;
+      m_b[mt] = mx_b;
+
+      // P = exp2(S - max), packed to 16 bits as the A operand of P V: k-step ks takes
+      // S column blocks 2ks (a0: row a, a1: row b) and 2ks+1 (a2: row a, a3: row b).
+      float rs_a = 0.f, rs_b = 0.f;
+#pragma unroll
+      for (int j = 0; j < NB; ++j) {
+        const float p0 = exp2f(fmaf(s[mt][j][0], scale_log2, -base_a));
+        const float p1 = exp2f(fmaf(s[mt][j][1], scale_log2, -base_a));
+        const float p2 = exp2f(fmaf(s[mt][j][2], scale_log2, -base_b));
+        const float p3 = exp2f(fmaf(s[mt][j][3], scale_log2, -base_b));
+        rs_a += p0 + p1;
+        rs_b += p2 + p3;
+        pa[mt][j >> 1][(j & 1) * 2 + 0] = pack2(Tag{}, p0, p1);
+        pa[mt][j >> 1][(j & 1) * 2 + 1] = pack2(Tag{}, p2, p3);
+      }
+      l_a[mt] = l_a[mt] * alpha_a + rs_a;
+      l_b[mt] = l_b[mt] * alpha_b + rs_b;
+#pragma unroll
+      for (int j = 0; j < DB; ++j) {
+        o[mt][j][0] *= alpha_a;
+        o[mt][j][1] *= alpha_a;
+        o[mt][j][2] *= alpha_b;
+        o[mt][j][3] *= alpha_b;
+      }
     }
-    __syncwarp();  // the scratch is overwritten by the next tile's S
+
+    // O (16 MT x D) += P V: each V fragment serves the warp's MT row blocks.
+#pragma unroll
+    for (int ks = 0; ks < KN; ++ks) {
+#pragma unroll
+      for (int j = 0; j < DB; j += 2) {
+        unsigned vb[4];
+        ldmatrix_x4_trans(vb, v_lane + static_cast<unsigned>((ks * 16 * LD + j * 8) * 2));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816(Tag{}, o[mt][j], pa[mt][ks], vb[0], vb[1]);
+          mma_16816(Tag{}, o[mt][j + 1], pa[mt][ks], vb[2], vb[3]);
+        }
+      }
+    }
   }
 
-  if (qpos < S) {
-    const float inv = l_i > 0.f ? 1.f / l_i : 0.f;
-    std::uint16_t* dst = out + ((static_cast<std::size_t>(b) * S + qpos) * Hq + hq) * D + hf * (D / 2);
+  // The row sums over the quad, then O / l, two elements per 4-byte store.
 #pragma unroll
-    for (int c = 0; c < D / 2; c += 8) {
-      float f[8];
+  for (int mt = 0; mt < MT; ++mt) {
+    float la = l_a[mt], lb = l_b[mt];
+    la += __shfl_xor_sync(0xffffffffu, la, 1);
+    la += __shfl_xor_sync(0xffffffffu, la, 2);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    const float inv_a = la > 0.f ? 1.f / la : 0.f;
+    const float inv_b = lb > 0.f ? 1.f / lb : 0.f;
+    const int row_a = wrow0 + mt * 16 + g, row_b = row_a + 8;
+    std::uint16_t* out_a = out + ((static_cast<std::size_t>(b) * S + row_a) * Hq + hq) * D + 2 * t;
+    std::uint16_t* out_b = out + ((static_cast<std::size_t>(b) * S + row_b) * Hq + hq) * D + 2 * t;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) f[i] = o[c + i] * inv;
-      *reinterpret_cast<uint4*>(dst + c) = pack8<Tag>(f);
+    for (int j = 0; j < DB; ++j) {
+      if (row_a < S) *reinterpret_cast<unsigned*>(out_a + j * 8) = pack2(Tag{}, o[mt][j][0] * inv_a, o[mt][j][1] * inv_a);
+      if (row_b < S) *reinterpret_cast<unsigned*>(out_b + j * 8) = pack2(Tag{}, o[mt][j][2] * inv_b, o[mt][j][3] * inv_b);
     }
   }
 }
 
 template <class Tag, int D>
 void launch_flash_t(const PrefillAttentionParams& p, cudaStream_t stream) {
-  constexpr std::size_t smem = FlashLayout<D>::total;
+  constexpr std::size_t smem = FlashConfig<D>::total;
   static bool attribute_set = false;  // once per instantiation (device attribute of the function)
   if (!attribute_set) {
     PB_CUDA_CHECK(cudaFuncSetAttribute(prefill_flash_kernel<Tag, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -233,7 +378,7 @@ void launch_flash_t(const PrefillAttentionParams& p, cudaStream_t stream) {
   const float scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(D)));
   const dim3 grid(static_cast<unsigned>((p.S + kBM - 1) / kBM), static_cast<unsigned>(p.Hq),
                   static_cast<unsigned>(p.B));
-  prefill_flash_kernel<Tag, D><<<grid, kThreads, smem, stream>>>(
+  prefill_flash_kernel<Tag, D><<<grid, FlashConfig<D>::kThreads, smem, stream>>>(
       static_cast<const std::uint16_t*>(p.q), static_cast<const std::uint16_t*>(p.k),
       static_cast<const std::uint16_t*>(p.v), static_cast<std::uint16_t*>(p.out), p.S, p.Hq, p.Hkv, scale_log2);
   PB_CUDA_CHECK_LAUNCH("prefill_flash_kernel");
@@ -300,16 +445,17 @@ std::optional<std::string> prefill_attention_unsupported(DType dtype, long long 
   if (blas) {
     if (D <= 0 || D % 8 != 0)
       return "prefill attention (cuBLAS): head_dim " + std::to_string(D) + " is not supported; use a multiple of 8";
-  } else if (D != 64 && D != 128) {
-    return "prefill attention (flash kernel): head_dim " + std::to_string(D) + " is not supported; use 64 or 128";
+  } else if (D != 64 && D != 128 && D != 256) {
+    return "prefill attention (flash kernel): head_dim " + std::to_string(D) + " is not supported; use 64, 128 or 256";
   }
   return std::nullopt;
 }
 
 std::size_t prefill_flash_smem_bytes(int D) {
   switch (D) {
-    case 64: return FlashLayout<64>::total;
-    case 128: return FlashLayout<128>::total;
+    case 64: return FlashConfig<64>::total;
+    case 128: return FlashConfig<128>::total;
+    case 256: return FlashConfig<256>::total;
     default: return 0;
   }
 }
@@ -319,12 +465,10 @@ void launch_prefill_flash(const PrefillAttentionParams& p, cudaStream_t stream) 
   if (p.B <= 0 || p.S <= 0) throw Unsupported("prefill attention: batch and prompt length must be >= 1");
   if (p.B > 65535) throw Unsupported("prefill attention: batch " + std::to_string(p.B) + " exceeds 65535");
   const bool bf16 = p.dtype == DType::bf16;
-  if (p.D == 64) {
-    if (bf16) launch_flash_t<Bf16Tag, 64>(p, stream);
-    else launch_flash_t<Fp16Tag, 64>(p, stream);
-  } else {
-    if (bf16) launch_flash_t<Bf16Tag, 128>(p, stream);
-    else launch_flash_t<Fp16Tag, 128>(p, stream);
+  switch (p.D) {
+    case 64: bf16 ? launch_flash_t<Bf16Tag, 64>(p, stream) : launch_flash_t<Fp16Tag, 64>(p, stream); break;
+    case 128: bf16 ? launch_flash_t<Bf16Tag, 128>(p, stream) : launch_flash_t<Fp16Tag, 128>(p, stream); break;
+    default: bf16 ? launch_flash_t<Bf16Tag, 256>(p, stream) : launch_flash_t<Fp16Tag, 256>(p, stream); break;
   }
 }
 
@@ -471,8 +615,13 @@ class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
     std::vector<std::pair<int, int>> heads = {{0, 0}, {B - 1, Hq - 1}, {B / 2, Hq / 2}, {0, Hq - 1}, {B - 1, 0}};
     std::sort(heads.begin(), heads.end());
     heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
-    // Rows around the 64-row tiles of the flash kernel (and the cuBLAS path's same rows).
-    const auto rows = reference::prefill_rows_to_check(static_cast<std::uint64_t>(S), 64);
+    // Rows around the flash kernel's 128-row CTAs, 64- and 32-key tiles and 16-row
+    // warps (and the cuBLAS path's same rows).
+    std::vector<std::uint64_t> rows;
+    for (std::uint64_t tile : {128u, 64u, 32u, 16u})
+      for (std::uint64_t r : reference::prefill_rows_to_check(static_cast<std::uint64_t>(S), tile)) rows.push_back(r);
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
     const reference::Tolerance tol = reference::tolerance_for(t);
     std::vector<float> ref(D);

@@ -33,7 +33,9 @@ struct PrefillAttentionParams {
 // What is wrong and what is supported, or nothing when the flash kernel / blas path takes the shape.
 std::optional<std::string> prefill_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool blas);
 
-// Flash kernel: one CTA per (64-query tile, query head, batch), 4 warps of 16 query rows.
+// Flash kernel (mma.sync, FlashAttention-2 style; head_dim 64, 128 or 256): one CTA
+// per (128-query tile, query head, batch): 4 warps of 32 query rows at head_dim 128,
+// 8 warps of 16 at 64 and 256.
 void launch_prefill_flash(const PrefillAttentionParams& p, cudaStream_t stream);
 // Dynamic shared memory of the flash kernel for head_dim D (bytes).
 std::size_t prefill_flash_smem_bytes(int D);

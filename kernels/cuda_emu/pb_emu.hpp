@@ -392,6 +392,14 @@ inline unsigned __brev(unsigned x) {
   for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
   return r;
 }
+// Address-space conversion: the block's shared window (scheduler.cpp) gives each
+// shared byte a small .shared address, as the GPU does, which the inline PTX that
+// takes a .shared operand ("r" or "l") translates back. A pointer that is not in
+// the block's shared memory fails the launch.
+namespace pb_emu {
+std::size_t shared_window_address(const void* p);
+}
+inline std::size_t __cvta_generic_to_shared(const void* p) { return ::pb_emu::shared_window_address(p); }
 using std::max;
 using std::min;
 inline int min(int a, int b) { return a < b ? a : b; }

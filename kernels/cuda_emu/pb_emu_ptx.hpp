@@ -15,6 +15,11 @@
 namespace pb_emu {
 
 void check_access(const void* p, std::size_t align, const char* what);
+// Whether [p, p + bytes) lies in the running block's shared memory (dynamic or a __shared__ array).
+bool is_shared_address(const void* p, std::size_t bytes);
+// The bytes at .shared address `addr` (__cvta_generic_to_shared's result) of the running
+// block, or nullptr when [addr, addr + bytes) is not in its shared window.
+unsigned char* shared_window_pointer(std::size_t addr, std::size_t bytes);
 // The fake %globaltimer: advances 1 us per read, so a spin on it ends at once (never a time).
 unsigned long long fake_globaltimer();
 
@@ -22,6 +27,26 @@ unsigned long long fake_globaltimer();
 // lane's registers as the ISA lays them out (see ptx.cpp). A warp collective of all 32 lanes.
 void mma_m16n8k16_f32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4], bool bf16,
                       const char* file, int line);
+
+// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16: `num` 8x8 matrices of
+// 16-bit elements; lane 8*i + j supplies the shared address of row j of matrix i
+// (16 bytes, 16-byte aligned; the addresses of lanes >= 8*num are not used), and
+// every lane receives one register per matrix (see ptx.cpp). A warp collective of all 32 lanes.
+void ldmatrix_m8n8_b16(unsigned* r, int num, bool trans, std::size_t shared_addr, const char* what, const char* file,
+                       int line);
+// cp.async.cg.shared.global [dst], [src], 16{, src_size}: a 16-byte copy from global to
+// shared memory of which the first src_size bytes come from src and the rest are zero.
+// It is complete only once a cp.async.wait_group/wait_all of this thread covers the
+// group it was committed in; until then the destination keeps its old contents (the
+// emulation completes each copy at the latest moment the PTX ISA allows, so a read
+// before the wait sees stale data and fails verification). The source is read at issue.
+void cp_async_shared_global(std::size_t dst_shared, const void* src, int cp_size, int src_size, const char* what,
+                            const char* file, int line);
+// cp.async.commit_group: this thread's copies not yet in a group become the newest group.
+void cp_async_commit_group_impl();
+// cp.async.wait_group n: every committed group of this thread but the newest n is complete
+// (copies not yet committed are not waited for). wait_all = commit_group + wait_group 0.
+void cp_async_wait_group_impl(int n, const char* file, int line);
 
 namespace ptx {
 
@@ -56,6 +81,71 @@ inline void ld_global_nc_L1__no_allocate_L2__256B_v4_u32(unsigned& x, unsigned& 
 PB_EMU_MMA_16816(mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32, true)
 PB_EMU_MMA_16816(mma_sync_aligned_m16n8k16_row_col_f32_f16_f16_f32, false)
 #undef PB_EMU_MMA_16816
+
+// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 {r...}, [addr]
+#define PB_EMU_LDMATRIX(name, num, trans, ...)                                                           \
+  inline void name(__VA_ARGS__, std::size_t addr, const char* file = __builtin_FILE(),                  \
+                   int line = __builtin_LINE())
+PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x1_shared_b16, 1, false, unsigned& r0) {
+  unsigned r[1];
+  ldmatrix_m8n8_b16(r, 1, false, addr, "ldmatrix.sync.aligned.m8n8.x1.shared.b16", file, line);
+  r0 = r[0];
+}
+PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x2_shared_b16, 2, false, unsigned& r0, unsigned& r1) {
+  unsigned r[2];
+  ldmatrix_m8n8_b16(r, 2, false, addr, "ldmatrix.sync.aligned.m8n8.x2.shared.b16", file, line);
+  r0 = r[0];
+  r1 = r[1];
+}
+PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x4_shared_b16, 4, false, unsigned& r0, unsigned& r1, unsigned& r2,
+                unsigned& r3) {
+  unsigned r[4];
+  ldmatrix_m8n8_b16(r, 4, false, addr, "ldmatrix.sync.aligned.m8n8.x4.shared.b16", file, line);
+  r0 = r[0];
+  r1 = r[1];
+  r2 = r[2];
+  r3 = r[3];
+}
+PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x1_trans_shared_b16, 1, true, unsigned& r0) {
+  unsigned r[1];
+  ldmatrix_m8n8_b16(r, 1, true, addr, "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16", file, line);
+  r0 = r[0];
+}
+PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x2_trans_shared_b16, 2, true, unsigned& r0, unsigned& r1) {
+  unsigned r[2];
+  ldmatrix_m8n8_b16(r, 2, true, addr, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", file, line);
+  r0 = r[0];
+  r1 = r[1];
+}
+PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16, 4, true, unsigned& r0, unsigned& r1, unsigned& r2,
+                unsigned& r3) {
+  unsigned r[4];
+  ldmatrix_m8n8_b16(r, 4, true, addr, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", file, line);
+  r0 = r[0];
+  r1 = r[1];
+  r2 = r[2];
+  r3 = r[3];
+}
+#undef PB_EMU_LDMATRIX
+
+// cp.async.cg.shared.global [dst], [src], 16{, src_size}; (.cg takes only cp-size 16,
+// so the literal 16 of the template, which cu2emu.py does not pass, is implied.)
+inline void cp_async_cg_shared_global(std::size_t dst, const void* src, const char* file = __builtin_FILE(),
+                                      int line = __builtin_LINE()) {
+  cp_async_shared_global(dst, src, 16, 16, "cp.async.cg.shared.global", file, line);
+}
+inline void cp_async_cg_shared_global(std::size_t dst, const void* src, int src_size,
+                                      const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  cp_async_shared_global(dst, src, 16, src_size, "cp.async.cg.shared.global", file, line);
+}
+inline void cp_async_commit_group() { cp_async_commit_group_impl(); }
+inline void cp_async_wait_group(int n, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  cp_async_wait_group_impl(n, file, line);
+}
+inline void cp_async_wait_all(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  cp_async_commit_group_impl();
+  cp_async_wait_group_impl(0, file, line);
+}
 
 // mov.u64 %0, %%globaltimer: a nanosecond clock on the GPU; here fake_globaltimer().
 inline void mov_u64__globaltimer(unsigned long long& t) { t = fake_globaltimer(); }

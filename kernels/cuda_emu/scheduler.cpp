@@ -99,6 +99,11 @@ struct Block {
   Site bar_site{};
   int bar_votes = 0, bar_result = 0;
   std::size_t static_smem = 0;
+  struct SharedSlotRange {
+    const unsigned char* base;
+    std::size_t bytes, window;  // window: its .shared address (offset in the block's shared window)
+  };
+  std::vector<SharedSlotRange> static_slots;  // this block's __shared__ arrays
   unsigned long long entry_serial = ~0ull;
 };
 
@@ -568,6 +573,7 @@ void* shared_storage(void*& storage, std::size_t bytes, std::size_t align, unsig
   std::memset(storage, 0xff, bytes);  // uninitialised shared memory reads as NaN
   serial = g_block_serial;
   Block& b = g_grid->block;
+  b.static_slots.push_back({static_cast<const unsigned char*>(storage), bytes, b.static_smem});
   b.static_smem += (bytes + 15) / 16 * 16;
   if (b.static_smem > kStaticSmemLimit)
     device_fail("__shared__ " + std::string(name) + " brings the block's static shared memory to " +
@@ -577,6 +583,49 @@ void* shared_storage(void*& storage, std::size_t bytes, std::size_t align, unsig
                 ") shared memory exceed the " + std::to_string(target().smem_per_block_optin) +
                 " bytes a block of this device can have");
   return storage;
+}
+
+bool is_shared_address(const void* p, std::size_t bytes) {
+  if (!g_grid) return false;
+  const auto* a = static_cast<const unsigned char*>(p);
+  auto inside = [&](const unsigned char* base, std::size_t n) { return a >= base && a + bytes <= base + n; };
+  if (g_dynamic_smem && inside(g_dynamic_smem, g_dynamic_smem_bytes)) return true;
+  for (const auto& r : g_grid->block.static_slots)
+    if (inside(r.base, r.bytes)) return true;
+  return false;
+}
+
+// The block's shared window: static __shared__ arrays from 0 in the order the block
+// first touched them (16-byte aligned, at most 48 KiB), dynamic shared memory from
+// kDynamicSharedWindow. Addresses are small offsets, as on the GPU, so a generic
+// pointer passed where PTX wants a .shared address is caught.
+constexpr std::size_t kDynamicSharedWindow = 0x10000;
+
+std::size_t shared_window_address(const void* p) {
+  this_thread("__cvta_generic_to_shared");
+  const auto* a = static_cast<const unsigned char*>(p);
+  if (g_dynamic_smem && a >= g_dynamic_smem && a <= g_dynamic_smem + g_dynamic_smem_bytes)
+    return kDynamicSharedWindow + static_cast<std::size_t>(a - g_dynamic_smem);
+  for (const auto& r : g_grid->block.static_slots)
+    if (a >= r.base && a <= r.base + r.bytes) return r.window + static_cast<std::size_t>(a - r.base);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%#" PRIxPTR, reinterpret_cast<std::uintptr_t>(p));
+  device_fail(std::string("__cvta_generic_to_shared(") + buf +
+              "): not an address in this block's shared memory (the result is undefined on the GPU)");
+}
+
+unsigned char* shared_window_pointer(std::size_t addr, std::size_t bytes) {
+  if (!g_grid) return nullptr;
+  if (addr >= kDynamicSharedWindow) {
+    const std::size_t off = addr - kDynamicSharedWindow;
+    if (g_dynamic_smem && off <= g_dynamic_smem_bytes && bytes <= g_dynamic_smem_bytes - off)
+      return g_dynamic_smem + off;
+    return nullptr;
+  }
+  for (const auto& r : g_grid->block.static_slots)
+    if (addr >= r.window && addr - r.window <= r.bytes && bytes <= r.bytes - (addr - r.window))
+      return const_cast<unsigned char*>(r.base) + (addr - r.window);
+  return nullptr;
 }
 
 void* dynamic_smem(std::size_t align, const char* name) {
@@ -645,6 +694,7 @@ cudaError_t run_grid(const GridLaunchView& l, void* closure, void (*body)(void*)
     b.bar_arrived = 0;
     b.bar_votes = 0;
     b.static_smem = 0;
+    b.static_slots.clear();
     for (auto& w : b.warps) {
       w.live = 0;
       w.pending = 0;

@@ -134,8 +134,9 @@ TEST(AttentionOps, UnsupportedShapesSayWhatIsSupported) {
   EXPECT_TRUE(says(cuda::decode_attention_unsupported(DType::bf16, 32, 8, 128, true, 8), "multiple of 16"));
   EXPECT_TRUE(says(cuda::decode_attention_unsupported(DType::bf16, 32, 8, 128, true, 24), "multiple of 16"));
   EXPECT_FALSE(cuda::decode_attention_unsupported(DType::fp16, 32, 8, 256, true, 48).has_value());
-  EXPECT_TRUE(says(cuda::prefill_attention_unsupported(DType::bf16, 32, 8, 256, false), "64 or 128"));
-  EXPECT_FALSE(cuda::prefill_attention_unsupported(DType::bf16, 32, 8, 256, true).has_value());
+  EXPECT_TRUE(says(cuda::prefill_attention_unsupported(DType::bf16, 32, 8, 96, false), "64, 128 or 256"));
+  EXPECT_FALSE(cuda::prefill_attention_unsupported(DType::bf16, 32, 8, 256, false).has_value());
+  EXPECT_FALSE(cuda::prefill_attention_unsupported(DType::bf16, 32, 8, 96, true).has_value());
 }
 
 // ---- decode attention on the device ---------------------------------------------
@@ -369,6 +370,19 @@ std::vector<PrefillCase> prefill_cases() {
       v.push_back({impl, DType::bf16, 1, S, 4, 4, 128});  // GQA 1
       v.push_back({impl, DType::fp16, 2, S, 8, 2, 64});   // GQA 4, B=2
     }
+  // The flash kernel's tiling: 128 query rows per CTA in 8 warps of 16 (head_dim 64,
+  // 256) or 4 warps of 32 (head_dim 128), key tiles of 64 (head_dim 64, 128) or 32 (256). Prompts that are not multiples of any
+  // of them, one or two CTAs along the prompt, B = 1 and odd B, every head_dim, GQA
+  // 1, 4 and 8, both types.
+  for (std::uint64_t S : {1u, 17u, 129u, 200u, 300u}) {
+    v.push_back({Impl::own, DType::bf16, 1, S, 4, 4, 128});  // GQA 1
+    v.push_back({Impl::own, DType::fp16, 3, S, 8, 2, 64});   // GQA 4, B=3
+    v.push_back({Impl::own, DType::bf16, 1, S, 8, 1, 256});  // GQA 8
+  }
+  v.push_back({Impl::own, DType::fp16, 1, 127, 8, 1, 128});  // one row short of a CTA, GQA 8
+  v.push_back({Impl::own, DType::fp16, 1, 128, 4, 1, 256});  // exactly one CTA, GQA 4
+  v.push_back({Impl::own, DType::bf16, 3, 97, 4, 1, 64});    // GQA 4, B=3, a partial 32/64-key tile
+  v.push_back({Impl::own, DType::fp16, 1, 255, 2, 2, 256});  // the last key tile of 32 one short
   v.push_back({Impl::own, DType::bf16, 1, 1000, 8, 1, 128});  // GQA 8, many tiles, partial last tile
   v.push_back({Impl::blas, DType::bf16, 1, 1000, 8, 1, 128});
   v.push_back({Impl::own, DType::fp16, 3, 129, 4, 2, 64});
@@ -380,18 +394,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillAttention, ::testing::ValuesIn(prefill_c
 
 using PrefillAttentionMisc = test::CudaContextTest;
 
+// Every output element (not only the rows verify() checks) of the flash kernel
+// against the cuBLAS path.
 TEST_F(PrefillAttentionMisc, FlashAndCublasAgree) {
-  auto own = cuda::make_op(ctx(), prefill_request(Impl::own, DType::bf16, 2, 300, 8, 2, 128));
-  auto blas = cuda::make_op(ctx(), prefill_request(Impl::blas, DType::bf16, 2, 300, 8, 2, 128));
-  own->run();
-  blas->run();
-  const auto a = access(*own).output_as_float();
-  const auto b = access(*blas).output_as_float();
-  expect_rows_close(a, b, 128, DType::bf16, "flash vs cuBLAS", true);
+  struct Shape {
+    DType t;
+    std::uint64_t B, S, Hq, Hkv, D;
+  };
+  for (const Shape& c : {Shape{DType::bf16, 2, 300, 8, 2, 128}, Shape{DType::fp16, 1, 200, 4, 1, 256},
+                         Shape{DType::fp16, 3, 150, 2, 1, 64}}) {
+    auto own = cuda::make_op(ctx(), prefill_request(Impl::own, c.t, c.B, c.S, c.Hq, c.Hkv, c.D));
+    auto blas = cuda::make_op(ctx(), prefill_request(Impl::blas, c.t, c.B, c.S, c.Hq, c.Hkv, c.D));
+    own->run();
+    blas->run();
+    const auto a = access(*own).output_as_float();
+    const auto b = access(*blas).output_as_float();
+    expect_rows_close(a, b, c.D, c.t,
+                      "flash vs cuBLAS, " + std::string(to_string(c.t)) + " S=" + std::to_string(c.S) +
+                          " D=" + std::to_string(c.D),
+                      true);
+  }
 }
 
 TEST_F(PrefillAttentionMisc, UnsupportedRequestsThrowUnsupported) {
-  EXPECT_THROW(cuda::make_op(ctx(), prefill_request(Impl::own, DType::bf16, 1, 64, 8, 8, 256)), Unsupported);
+  EXPECT_THROW(cuda::make_op(ctx(), prefill_request(Impl::own, DType::bf16, 1, 64, 8, 8, 96)), Unsupported);
   EXPECT_THROW(cuda::make_op(ctx(), prefill_request(Impl::own, DType::bf16, 1, 64, 6, 4, 128)), Unsupported);
   // Scores that cannot fit: B*Hq*S*S*4 bytes far beyond any GPU.
   try {
