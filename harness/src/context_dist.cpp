@@ -6,10 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
-#include <optional>
 
 #include "phasebench/error.hpp"
+#include "phasebench/seeded.hpp"
 
 namespace phasebench {
 
@@ -24,37 +23,15 @@ std::string ContextDist::text() const {
 
 ContextDist parse_context_dist(const std::string& text, const std::string& flag) {
   if (text == "fixed") return {};
-  auto number = [&](std::size_t prefix, double hi) -> std::optional<double> {
-    try {
-      std::size_t used = 0;
-      const double v = std::stod(text.substr(prefix), &used);
-      if (used == text.size() - prefix && std::isfinite(v) && v >= 0 && v <= hi) return v;
-    } catch (const std::exception&) {
-    }
-    return std::nullopt;
-  };
   if (text.rfind("uniform:", 0) == 0)
-    if (auto f = number(8, 1)) return {ContextDist::Kind::uniform, *f};
+    if (auto f = seeded::bounded_number(text, 8, 1)) return {ContextDist::Kind::uniform, *f};
   if (text.rfind("lognormal:", 0) == 0)
-    if (auto s = number(10, 3)) return {ContextDist::Kind::lognormal, *s};
+    if (auto s = seeded::bounded_number(text, 10, 3)) return {ContextDist::Kind::lognormal, *s};
   throw InputError(flag + " " + quote_value(text) +
                    ": use fixed (every sequence at the context), uniform:F for lengths uniform within +-F of the "
                    "context (F from 0 to 1, e.g. uniform:0.5), or lognormal:SIG for a long-tailed spread with mean "
                    "the context (SIG from 0 to 3, e.g. lognormal:1)");
 }
-
-namespace {
-
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-// (0, 1): never 0, so that log() in the normal draw is finite.
-double unit(std::uint64_t h) { return (static_cast<double>(h >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-
-}  // namespace
 
 std::vector<std::uint64_t> draw_context_lengths(std::uint64_t B, std::uint64_t L, const ContextDist& d,
                                                 std::uint64_t seed, std::uint64_t min_len) {
@@ -66,12 +43,13 @@ std::vector<std::uint64_t> draw_context_lengths(std::uint64_t B, std::uint64_t L
   if (!d.ragged()) return out;
   const double Ld = static_cast<double>(L), cap = 16.0 * Ld;
   for (std::uint64_t b = 0; b < B; ++b) {
-    const std::uint64_t h = mix(seed ^ mix(b + 0xc0de));
+    const std::uint64_t h = seeded::mix(seed ^ seeded::mix(b + 0xc0de));
     double x = Ld;
     if (d.kind == ContextDist::Kind::uniform) {
-      x = Ld * (1.0 - d.value) + unit(h) * 2.0 * d.value * Ld;
+      x = Ld * (1.0 - d.value) + seeded::open_unit(h) * 2.0 * d.value * Ld;
     } else {  // Box-Muller: one standard normal from two uniforms
-      const double z = std::sqrt(-2.0 * std::log(unit(h))) * std::cos(6.283185307179586 * unit(mix(h)));
+      const double z = std::sqrt(-2.0 * std::log(seeded::open_unit(h))) *
+                       std::cos(6.283185307179586 * seeded::open_unit(seeded::mix(h)));
       x = Ld * std::exp(d.value * z - 0.5 * d.value * d.value);
     }
     x = std::min(std::round(x), cap);

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "phasebench/error.hpp"
+#include "phasebench/seeded.hpp"
 
 namespace phasebench {
 
@@ -25,19 +26,10 @@ std::string Routing::text() const {
 
 Routing parse_routing(const std::string& text, const std::string& flag) {
   if (text == "uniform") return {};
-  auto number = [&](std::size_t prefix, double hi) -> std::optional<double> {
-    try {
-      std::size_t used = 0;
-      const double v = std::stod(text.substr(prefix), &used);
-      if (used == text.size() - prefix && std::isfinite(v) && v >= 0 && v <= hi) return v;
-    } catch (const std::exception&) {
-    }
-    return std::nullopt;
-  };
   if (text.rfind("zipf:", 0) == 0)
-    if (auto s = number(5, 10)) return {Routing::Kind::zipf, *s};
+    if (auto s = seeded::bounded_number(text, 5, 10)) return {Routing::Kind::zipf, *s};
   if (text.rfind("hot:", 0) == 0)
-    if (auto f = number(4, 1)) return {Routing::Kind::hot, *f};
+    if (auto f = seeded::bounded_number(text, 4, 1)) return {Routing::Kind::hot, *f};
   throw InputError(flag + " " + quote_value(text) +
                    ": use uniform, or zipf:S for expert popularity proportional to 1/rank^S (S from 0 to 10, e.g. "
                    "zipf:1), or hot:F for a fraction F of the tokens sent to one hot expert (F from 0 to 1, e.g. hot:0.5)");
@@ -103,18 +95,6 @@ std::uint64_t RoutedTokens::touched() const {
   return n;
 }
 
-namespace {
-
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-double unit(std::uint64_t h) { return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0); }  // [0,1)
-
-}  // namespace
-
 RoutedTokens route_tokens(std::uint64_t tokens, std::uint64_t k, std::uint64_t experts, const Routing& r,
                           std::uint64_t seed) {
   RoutedTokens out;
@@ -132,8 +112,8 @@ RoutedTokens route_tokens(std::uint64_t tokens, std::uint64_t k, std::uint64_t e
   out.expert.resize(tokens * k);
   out.weight.resize(tokens * k);
   for (std::uint64_t t = 0; t < tokens; ++t) {
-    const std::uint64_t h = mix(seed ^ mix(t + 0x51ed));
-    const double u = unit(h);
+    const std::uint64_t h = seeded::mix(seed ^ seeded::mix(t + 0x51ed));
+    const double u = seeded::unit(h);
     std::uint64_t i = 0;
     double wsum = 0;
     for (std::uint64_t j = 0; j < k; ++j) {
@@ -143,7 +123,7 @@ RoutedTokens route_tokens(std::uint64_t tokens, std::uint64_t k, std::uint64_t e
       if (j > 0 && i <= out.expert[t * k + j - 1]) i = out.expert[t * k + j - 1] + 1;
       if (i >= experts) throw std::logic_error("route_tokens: systematic sampling ran past the last expert");
       out.expert[t * k + j] = static_cast<std::uint32_t>(i);
-      const float w = 0.1f + 0.9f * static_cast<float>(unit(mix(h + j + 1)));
+      const float w = 0.1f + 0.9f * static_cast<float>(seeded::unit(seeded::mix(h + j + 1)));
       out.weight[t * k + j] = w;
       wsum += w;
     }
