@@ -4,10 +4,12 @@
 #include "cuda/prefill_attention.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include "cpu/reference.hpp"
 #include "cuda/attention_ops.hpp"
@@ -482,29 +484,47 @@ int prefill_blas_max_seq(int device) {
   return optin / static_cast<int>(sizeof(float)) - 64;  // one row of fp32 scores, plus the reduction scratch
 }
 
-void launch_prefill_blas(const PrefillAttentionParams& p, float* scores, cublasHandle_t cublas, cudaStream_t stream) {
-  if (auto why = prefill_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, true)) throw Unsupported(*why);
-  if (p.B <= 0 || p.S <= 0) throw Unsupported("prefill attention: batch and prompt length must be >= 1");
-  const int S = p.S, D = p.D, Hq = p.Hq, Hkv = p.Hkv, G = p.Hq / p.Hkv;
-  const cudaDataType_t t = p.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  const float one = 1.f, zero = 0.f;
+std::vector<const void*> prefill_blas_pointers(const PrefillAttentionParams& p, const float* scores) {
+  const std::size_t S = static_cast<std::size_t>(p.S), D = static_cast<std::size_t>(p.D);
+  const std::size_t Hq = static_cast<std::size_t>(p.Hq), Hkv = static_cast<std::size_t>(p.Hkv), G = Hq / Hkv;
+  const std::size_t n = static_cast<std::size_t>(p.B) * Hq, SS = S * S;
   const auto* q = static_cast<const std::uint16_t*>(p.q);
   const auto* k = static_cast<const std::uint16_t*>(p.k);
   const auto* v = static_cast<const std::uint16_t*>(p.v);
   auto* out = static_cast<std::uint16_t*>(p.out);
-  const long long SS = static_cast<long long>(S) * S;
+  const auto* P = reinterpret_cast<const std::uint16_t*>(scores);  // 16-bit probabilities over the scores' rows
+  std::vector<const void*> ptr(6 * n);
+  for (std::size_t b = 0; b < static_cast<std::size_t>(p.B); ++b)
+    for (std::size_t hq = 0; hq < Hq; ++hq) {
+      const std::size_t i = b * Hq + hq, hkv = hq / G;
+      ptr[i] = k + (b * S * Hkv + hkv) * D;          // QK^T: A = K_h (ld Hkv*D)
+      ptr[n + i] = q + (b * S * Hq + hq) * D;        //       B = Q_h (ld Hq*D)
+      ptr[2 * n + i] = scores + (b * Hq + hq) * SS;  //       C = scores (ld S)
+      ptr[3 * n + i] = v + (b * S * Hkv + hkv) * D;  // P V:  A = V_h (ld Hkv*D)
+      ptr[4 * n + i] = P + (b * Hq + hq) * SS * 2;   //       B = P (ld 2S)
+      ptr[5 * n + i] = out + (b * S * Hq + hq) * D;  //       C = O_h (ld Hq*D)
+    }
+  return ptr;
+}
 
-  // Scores, per query head, batched over the batch. Column-major view:
+void launch_prefill_blas(const PrefillAttentionParams& p, float* scores, const void* const* pointers,
+                         cublasHandle_t cublas, cudaStream_t stream) {
+  if (auto why = prefill_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, true)) throw Unsupported(*why);
+  if (p.B <= 0 || p.S <= 0) throw Unsupported("prefill attention: batch and prompt length must be >= 1");
+  if (pointers == nullptr) throw std::logic_error("prefill attention (cuBLAS): no pointer arrays");
+  const int S = p.S, D = p.D, Hq = p.Hq, Hkv = p.Hkv;
+  const cudaDataType_t t = p.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const float one = 1.f, zero = 0.f;
+  const long long n_ll = static_cast<long long>(p.B) * Hq;
+  if (n_ll > INT_MAX) throw Unsupported("prefill attention (cuBLAS): more than 2^31 (batch, head) problems");
+  const int n = static_cast<int>(n_ll);
+  const void* const* ptr = pointers;
+
+  // Scores of every (batch, query head) in one call. Column-major view:
   // C (S_keys x S_queries, ldc S) = K_h^T^T Q_h^T, i.e. row-major scores[i][j] = q_i . k_j.
-  for (int hq = 0; hq < Hq; ++hq) {
-    const int hkv = hq / G;
-    PB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        cublas, CUBLAS_OP_T, CUBLAS_OP_N, S, S, D, &one,
-        k + static_cast<std::size_t>(hkv) * D, t, Hkv * D, static_cast<long long>(S) * Hkv * D,
-        q + static_cast<std::size_t>(hq) * D, t, Hq * D, static_cast<long long>(S) * Hq * D, &zero,
-        scores + static_cast<std::size_t>(hq) * SS, CUDA_R_32F, S, static_cast<long long>(Hq) * SS, p.B,
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  }
+  PB_CUBLAS_CHECK(cublasGemmBatchedEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, S, S, D, &one, ptr, t, Hkv * D, ptr + n, t,
+                                      Hq * D, &zero, const_cast<void* const*>(ptr + 2 * n), CUDA_R_32F, S, n,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 
   const std::size_t smem = static_cast<std::size_t>(S) * sizeof(float);
   const float scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(D)));
@@ -523,17 +543,11 @@ void launch_prefill_blas(const PrefillAttentionParams& p, float* scores, cublasH
   else
     launch_softmax(Fp16Tag{});
 
-  // O_h = P_h V_h. Column-major view: C (D x S_queries, ldc Hq*D) = V^T (D x S_keys) P^T (S_keys x S_queries, ld 2S).
-  const auto* P = reinterpret_cast<const std::uint16_t*>(scores);
-  for (int hq = 0; hq < Hq; ++hq) {
-    const int hkv = hq / G;
-    PB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        cublas, CUBLAS_OP_N, CUBLAS_OP_N, D, S, S, &one,
-        v + static_cast<std::size_t>(hkv) * D, t, Hkv * D, static_cast<long long>(S) * Hkv * D,
-        P + static_cast<std::size_t>(hq) * SS * 2, t, 2 * S, static_cast<long long>(Hq) * SS * 2, &zero,
-        out + static_cast<std::size_t>(hq) * D, t, Hq * D, static_cast<long long>(S) * Hq * D, p.B,
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  }
+  // O_h = P_h V_h in one call. Column-major view: C (D x S_queries, ldc Hq*D) =
+  // V^T (D x S_keys) P^T (S_keys x S_queries, ld 2S).
+  PB_CUBLAS_CHECK(cublasGemmBatchedEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, D, S, S, &one, ptr + 3 * n, t, Hkv * D,
+                                      ptr + 4 * n, t, 2 * S, &zero, const_cast<void* const*>(ptr + 5 * n), t, Hq * D, n,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 // ---- the operation ----------------------------------------------------------------
@@ -557,10 +571,12 @@ std::optional<std::string> request_unsupported(const OpRequest& r, const Context
   return std::nullopt;
 }
 
-// The cuBLAS path's fp32 score matrix B*Hq*S*S*4, beyond the declared footprint.
+// The cuBLAS path's fp32 score matrix B*Hq*S*S*4 and pointer arrays, beyond the declared footprint.
 std::uint64_t scores_bytes(const OpRequest& r, const Context&) {
   const auto a = PrefillAttentionShape::of(r.shape);
-  return mul({a.B, a.Hq, a.S, a.S, 4}, "prefill attention (cuBLAS) score matrix");
+  // Plus the two GEMMs' pointer arrays: 6 pointers per (batch, query head).
+  return add(mul({a.B, a.Hq, a.S, a.S, 4}, "prefill attention (cuBLAS) score matrix"),
+             mul({6, a.B, a.Hq, sizeof(void*)}, "prefill attention (cuBLAS) pointer arrays"));
 }
 
 class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
@@ -594,11 +610,18 @@ class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
     p_.k = k_.get();
     p_.v = v_.get();
     p_.out = out_.get();
+    if (blas_) {
+      const auto ptrs = prefill_blas_pointers(p_, scores_.as<float>());
+      blas_ptrs_ = DeviceBuffer(ptrs.size() * sizeof(void*));
+      upload(blas_ptrs_.get(), ptrs.data(), blas_ptrs_.bytes(), ctx.stream);
+      PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // `ptrs` goes out of scope
+    }
   }
 
   void run() override {
     if (blas_)
-      launch_prefill_blas(p_, scores_.as<float>(), ctx_.cublas, ctx_.stream);
+      launch_prefill_blas(p_, scores_.as<float>(), static_cast<const void* const*>(blas_ptrs_.get()), ctx_.cublas,
+                          ctx_.stream);
     else
       launch_prefill_flash(p_, ctx_.stream);
   }
@@ -669,7 +692,7 @@ class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
   bool blas_;
   bool fault_ = false;
   std::size_t q_elems_ = 0, kv_elems_ = 0;
-  DeviceBuffer q_, k_, v_, out_, scores_;
+  DeviceBuffer q_, k_, v_, out_, scores_, blas_ptrs_;  // blas_ptrs_: the cuBLAS path's pointer arrays
   PrefillAttentionParams p_;
 };
 

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -44,8 +45,17 @@ std::size_t prefill_flash_smem_bytes(int D);
 std::uint64_t prefill_blas_scores_bytes(std::uint64_t B, std::uint64_t Hq, std::uint64_t S);
 // Largest S the blas path's softmax kernel accepts (one score row in shared memory).
 int prefill_blas_max_seq(int device);
-// cuBLAS reference path; `scores` holds prefill_blas_scores_bytes bytes. `cublas`
-// must already be bound to `stream`.
-void launch_prefill_blas(const PrefillAttentionParams& p, float* scores, cublasHandle_t cublas, cudaStream_t stream);
+// The blas path's per-(batch, query head) matrix pointers, in the order its two
+// pointer-array GEMMs read them: QK^T's A (K), B (Q), C (scores), then P V's A
+// (V), B (P), C (out), B*Hq each. Upload them once (they depend only on the
+// buffers) and pass the device copy to launch_prefill_blas.
+std::vector<const void*> prefill_blas_pointers(const PrefillAttentionParams& p, const float* scores);
+// cuBLAS reference path: two pointer-array batched GEMMs over B*Hq (scores, then
+// P V) around the causal softmax, so the host enqueues three calls whatever the
+// head count. `scores` holds prefill_blas_scores_bytes bytes, `pointers` the
+// device copy of prefill_blas_pointers(p, scores). `cublas` must already be
+// bound to `stream`.
+void launch_prefill_blas(const PrefillAttentionParams& p, float* scores, const void* const* pointers,
+                         cublasHandle_t cublas, cudaStream_t stream);
 
 }  // namespace phasebench::cuda

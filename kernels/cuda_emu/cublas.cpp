@@ -937,13 +937,16 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
 const char* cublasGetStatusName(cublasStatus_t status) { return status_name(status); }
 const char* cublasGetStatusString(cublasStatus_t status) { return status_string(status); }
 
-cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
-                                          int lda, long long int strideA, const void* B, cudaDataType Btype, int ldb,
-                                          long long int strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
-                                          long long int strideC, int batchCount, cublasComputeType_t computeType,
-                                          cublasGemmAlgo_t algo) {
-  const char* call = "cublasGemmStridedBatchedEx";
+// The argument rules of cuBLAS's gemm family for one strided or pointer-array
+// batched call, and its Gemm (A, B, C as given; a pointer-array call passes
+// nullptr and strides 0). `read_c`: whether beta makes C an input.
+static cublasStatus_t batched_gemm_setup(const char* call, cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                                         const void* A, cudaDataType Atype, int lda, long long int strideA,
+                                         const void* B, cudaDataType Btype, int ldb, long long int strideB,
+                                         const void* beta, void* C, cudaDataType Ctype, int ldc, long long int strideC,
+                                         int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo, Gemm& g,
+                                         bool& read_c) {
   if (cublasStatus_t s = check_blas_handle(handle, call); s != CUBLAS_STATUS_SUCCESS) return s;
   // The argument rules of cuBLAS's gemm family.
   if (!valid_op(transa) || !valid_op(transb))
@@ -975,7 +978,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
                 "algo " + std::to_string(algo) + " is not supported (use CUBLAS_GEMM_DEFAULT)");
 
-  Gemm g;
+  g = Gemm{};
   g.call = call;
   g.ta = ta;
   g.tb = tb;
@@ -992,7 +995,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   g.b = Operand{B, Btype, tb ? n : k, tb ? k : n, ldb, strideB};
   g.c = Operand{C, Ctype, m, n, ldc, strideC};
   g.d = g.c;
-  bool read_c = true;
+  read_c = true;
   if (handle->pointer_mode == CUBLAS_POINTER_MODE_HOST) {
     for (auto [p, what] : {std::pair<const void*, const char*>{alpha, "alpha"}, {beta, "beta"}})
       if (auto why = host_scalar_problem(p, what); !why.empty()) return fail(CUBLAS_STATUS_INVALID_VALUE, call, why);
@@ -1006,9 +1009,89 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     g.alpha_dev = alpha;
     g.beta_dev = beta;
   }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long int strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo) {
+  const char* call = "cublasGemmStridedBatchedEx";
+  Gemm g;
+  bool read_c = true;
+  if (cublasStatus_t s = batched_gemm_setup(call, handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B,
+                                            Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType,
+                                            algo, g, read_c);
+      s != CUBLAS_STATUS_SUCCESS)
+    return s;
   if (m == 0 || n == 0 || batchCount == 0) return CUBLAS_STATUS_SUCCESS;  // nothing to do, as in BLAS
   if (auto why = extent_problem(g, read_c); !why.empty()) return fail(CUBLAS_STATUS_INVALID_VALUE, call, why);
   return enqueue_gemm(std::move(g), handle->stream);
+}
+
+// Pointer-array batched GEMM: the same problem batchCount times, problem i on
+// Aarray[i], Barray[i], Carray[i] (device arrays of device pointers, read when
+// the work runs: stream order, as on the GPU), with the types, scalars and
+// argument rules of cublasGemmStridedBatchedEx.
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                   int n, int k, const void* alpha, const void* const Aarray[], cudaDataType Atype,
+                                   int lda, const void* const Barray[], cudaDataType Btype, int ldb, const void* beta,
+                                   void* const Carray[], cudaDataType Ctype, int ldc, int batchCount,
+                                   cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  const char* call = "cublasGemmBatchedEx";
+  Gemm g;
+  bool read_c = true;
+  if (cublasStatus_t s = batched_gemm_setup(call, handle, transa, transb, m, n, k, alpha, nullptr, Atype, lda, 0,
+                                            nullptr, Btype, ldb, 0, beta, nullptr, Ctype, ldc, 0, batchCount,
+                                            computeType, algo, g, read_c);
+      s != CUBLAS_STATUS_SUCCESS)
+    return s;
+  if (m == 0 || n == 0 || batchCount == 0) return CUBLAS_STATUS_SUCCESS;  // nothing to do, as in BLAS
+  const auto ptr_bytes = static_cast<std::size_t>(batchCount) * sizeof(void*);
+  for (auto [p, what] : {std::pair<const void*, const char*>{Aarray, "Aarray"}, {Barray, "Barray"}, {Carray, "Carray"}})
+    if (auto why = range_problem(p, ptr_bytes, what); !why.empty())
+      return fail(CUBLAS_STATUS_INVALID_VALUE, call,
+                  why + " (a device array of the " + std::to_string(batchCount) + " problems' pointers)");
+  struct Job {
+    Gemm g;
+    bool read_c;
+    const void* const* A;
+    const void* const* B;
+    void* const* C;
+  };
+  auto job = std::make_shared<const Job>(Job{std::move(g), read_c, Aarray, Barray, Carray});
+  pb_emu::Op op;
+  op.what = call;
+  op.run = [job]() -> cudaError_t {
+    const auto count = static_cast<std::size_t>(job->g.batch);
+    for (auto [p, what] : {std::pair<const void*, const char*>{job->A, "Aarray"}, {job->B, "Barray"}, {job->C, "Carray"}})
+      if (auto why = range_problem(p, count * sizeof(void*), what); !why.empty())
+        return pb_emu::api_error(cudaErrorIllegalAddress,
+                                 std::string("pb_emu: cublasGemmBatchedEx (running on its stream): ") + why);
+    for (std::size_t i = 0; i < count; ++i) {
+      Gemm one = job->g;
+      one.batch = 1;
+      one.call = "cublasGemmBatchedEx (problem " + std::to_string(i) + ")";
+      one.a.ptr = job->A[i];
+      one.b.ptr = job->B[i];
+      one.c.ptr = job->C[i];
+      one.d = one.c;
+      // Each problem's matrices must lie in device allocations, as the strided call checks before it runs.
+      if (auto why = extent_problem(one, job->read_c); !why.empty())
+        return pb_emu::api_error(cudaErrorIllegalAddress,
+                                 std::string("pb_emu: cublasGemmBatchedEx (running on its stream), problem ") +
+                                     std::to_string(i) + ": " + why);
+      if (cudaError_t e = run_gemm(one); e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  };
+  op.capturable = true;
+  if (cudaError_t e = pb_emu::enqueue(handle->stream, std::move(op)); e != cudaSuccess)
+    return fail(CUBLAS_STATUS_EXECUTION_FAILED, call,
+                std::string("the stream did not take the work: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 // Grouped batched GEMM (cuBLAS 12.5+): group i has its own transa/transb, m, n, k,

@@ -1018,6 +1018,99 @@ TEST(EmuCublasGrouped, ArgumentRules) {
 
 // A problem's matrix running past its allocation is an illegal address when the
 // work runs (the pointers are only read then). Sticky, hence the child process.
+// ---- cublasGemmBatchedEx (pointer arrays) --------------------------------------------------
+
+// Three problems, each on matrices of its own allocation (no common stride), as
+// the prefill attention's cuBLAS path calls it: 16-bit inputs, fp32 or 16-bit out.
+void check_pointer_batched(cublasOperation_t ta, cublasOperation_t tb, cudaDataType ab, cudaDataType cd, int m, int n,
+                           int k, float alpha, float beta) {
+  const bool tA = ta != CUBLAS_OP_N, tB = tb != CUBLAS_OP_N;
+  const int ar = tA ? k : m, ac = tA ? m : k, br = tB ? n : k, bc = tB ? k : n;
+  constexpr int kProblems = 3;
+  std::vector<std::unique_ptr<Stored>> A, B, C;
+  std::vector<std::unique_ptr<Dev>> a, b, c;
+  std::vector<const void*> ptrs(3 * kProblems);
+  for (int i = 0; i < kProblems; ++i) {
+    A.push_back(std::make_unique<Stored>(ab, ar, ac, ar + 1));
+    B.push_back(std::make_unique<Stored>(ab, br, bc, br + 2));
+    C.push_back(std::make_unique<Stored>(cd, m, n, m + 3));
+    A.back()->fill(500 + i, true);
+    B.back()->fill(600 + i, true);
+    C.back()->fill(700 + i, true);
+    a.push_back(std::make_unique<Dev>(*A.back(), NAN));
+    b.push_back(std::make_unique<Dev>(*B.back(), NAN));
+    c.push_back(std::make_unique<Dev>(*C.back(), 777.0f));
+    // Problem order reversed against allocation order: no stride could describe it.
+    ptrs[static_cast<std::size_t>(kProblems - 1 - i)] = a.back()->p;
+    ptrs[static_cast<std::size_t>(2 * kProblems - 1 - i)] = b.back()->p;
+    ptrs[static_cast<std::size_t>(3 * kProblems - 1 - i)] = c.back()->p;
+  }
+  Dev arrays(ptrs.size() * sizeof(void*));
+  std::vector<unsigned char> bytes(arrays.n);
+  std::memcpy(bytes.data(), ptrs.data(), bytes.size());
+  arrays.upload(bytes);
+  const auto* p = static_cast<const void* const*>(arrays.p);
+  BlasHandle h;
+  const cublasStatus_t st =
+      cublasGemmBatchedEx(h.h, ta, tb, m, n, k, &alpha, p, ab, static_cast<int>(A[0]->ld), p + kProblems, ab,
+                          static_cast<int>(B[0]->ld), &beta, const_cast<void* const*>(p + 2 * kProblems), cd,
+                          static_cast<int>(C[0]->ld), kProblems, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  ASSERT_EQ(st, CUBLAS_STATUS_SUCCESS) << last_message(st);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  int bad = 0;
+  for (std::size_t i = 0; i < kProblems; ++i) {
+    const auto ref = reference(*A[i], tA, *B[i], tB, C[i].get(), alpha, beta, m, n, k, 1);
+    const auto got = c[i]->download();
+    for (int j = 0; j < n; ++j) {
+      for (int r = 0; r < m; ++r) {
+        const float want = quantize(static_cast<float>(ref[static_cast<std::size_t>(j * m + r)]), cd);
+        const float g = C[i]->read(got.data(), 0, r, j);
+        if (g != want && ++bad <= 5)
+          ADD_FAILURE() << "problem (allocation) " << i << " C(" << r << "," << j << ") = " << g << ", want " << want;
+      }
+      for (int r = m; r < C[i]->ld && j + 1 < n; ++r)
+        if (C[i]->read(got.data(), 0, r, j) != quantize(777.0f, cd) && ++bad <= 5)
+          ADD_FAILURE() << "padding of C written at row " << r;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(EmuCublasBatched, PointerArraysLikeThePrefillCublasPath) {
+  check_pointer_batched(CUBLAS_OP_T, CUBLAS_OP_N, CUDA_R_16BF, CUDA_R_32F, 7, 5, 6, 1.0f, 0.0f);
+  check_pointer_batched(CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_16F, CUDA_R_16F, 6, 7, 5, 1.0f, 0.0f);
+  check_pointer_batched(CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_32F, CUDA_R_32F, 4, 3, 9, 2.0f, -1.0f);
+}
+
+TEST(EmuCublasBatched, ArgumentRules) {
+  BlasHandle h;
+  Dev m(4 * 4 * 4), arrays(3 * sizeof(void*));
+  const void* ptrs[3] = {m.p, m.p, m.p};
+  std::vector<unsigned char> bytes(sizeof ptrs);
+  std::memcpy(bytes.data(), ptrs, sizeof ptrs);
+  arrays.upload(bytes);
+  const auto* p = static_cast<const void* const*>(arrays.p);
+  const float one = 1, zero = 0;
+  // lda below the rows, as the strided call refuses it.
+  EXPECT_EQ(cublasGemmBatchedEx(h.h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, p, CUDA_R_32F, 3, p + 1, CUDA_R_32F, 4,
+                                &zero, const_cast<void* const*>(p + 2), CUDA_R_32F, 4, 1, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(last_message(CUBLAS_STATUS_INVALID_VALUE).rfind("pb_emu: cublasGemmBatchedEx: lda = 3", 0), 0u);
+  // Pointer arrays shorter than the batch (2 problems, 1 pointer left in Carray's allocation).
+  EXPECT_EQ(cublasGemmBatchedEx(h.h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, p, CUDA_R_32F, 4, p + 1, CUDA_R_32F, 4,
+                                &zero, const_cast<void* const*>(p + 2), CUDA_R_32F, 4, 2, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("Carray"), std::string::npos);
+  // The one problem, square and in range, runs.
+  EXPECT_EQ(cublasGemmBatchedEx(h.h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, p, CUDA_R_32F, 4, p + 1, CUDA_R_32F, 4,
+                                &zero, const_cast<void* const*>(p + 2), CUDA_R_32F, 4, 1, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST(EmuCublasGroupedDeathTest, AProblemPastItsAllocationFailsWhenItRuns) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
