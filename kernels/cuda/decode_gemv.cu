@@ -95,8 +95,9 @@ struct GemvParams {
   float* accum;         // [M][N], zero between calls
   unsigned* counters;   // [row_blocks], zero between calls
   long long N, K;
-  long long groups_per_row_block;
-  long long units;               // row_blocks * groups_per_row_block
+  int groups_per_row_block;
+  int units;  // row_blocks * groups_per_row_block (< 2^31, checked on the host): 32-bit unit
+              // arithmetic keeps the CTA's bookkeeping within the 80 registers of 3 CTAs per SM
 };
 
 template <int M, class Tag>
@@ -110,17 +111,17 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2) decode_gemv_kernel(G
   const int g = lane >> 2;  // MMA groupID: W row (and row + 8) and X row of this lane
   const int t = lane & 3;   // MMA threadID_in_group: which 16-byte chunk of a step
   // This CTA's contiguous share of the units (stream-K); uniform across the CTA.
-  long long seg = static_cast<long long>(blockIdx.x) * p.units / gridDim.x;
-  const long long cta_end = (static_cast<long long>(blockIdx.x) + 1) * p.units / gridDim.x;
+  int seg = static_cast<int>(static_cast<long long>(blockIdx.x) * p.units / gridDim.x);
+  const int cta_end = static_cast<int>((static_cast<long long>(blockIdx.x) + 1) * p.units / gridDim.x);
 
   while (seg < cta_end) {
-    const long long rb = seg / p.groups_per_row_block;
-    const long long seg_end = std::min(cta_end, (rb + 1) * p.groups_per_row_block);
-    const long long n_units = seg_end - seg;
-    const long long row0 = rb * kRowsPerBlock;
+    const int rb = seg / p.groups_per_row_block;
+    const int seg_end = min(cta_end, (rb + 1) * p.groups_per_row_block);
+    const int n_units = seg_end - seg;
+    const long long row0 = static_cast<long long>(rb) * kRowsPerBlock;
     // This warp's part of the segment.
-    long long u = seg + warp * n_units / kWarpsPerBlock;
-    const long long u_end = seg + (warp + 1) * n_units / kWarpsPerBlock;
+    int u = seg + warp * n_units / kWarpsPerBlock;
+    const int u_end = seg + (warp + 1) * n_units / kWarpsPerBlock;
 
     float acc[kTilesPerWarp][kBatchTiles][4] = {};
     // Row pointers of this lane (rows g and g+8 of each tile; X row g of each
@@ -136,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2) decode_gemv_kernel(G
         w_row[mt][h] = p.W + (row_ok[mt][h] ? row : 0) * p.K + t * 8;
       }
     for (; u < u_end; ++u) {
-      const long long k0 = (u - rb * p.groups_per_row_block) * kKPerGroup;  // first k of the group
+      const long long k0 = static_cast<long long>(u - rb * p.groups_per_row_block) * kKPerGroup;  // first k of the group
       uint4 w[kStepsPerGroup][kTilesPerWarp][2];
       uint4 x[kStepsPerGroup][kBatchTiles];
       // All loads of the group first, so 8 (W) + 2..4 (X) are in flight together.
@@ -207,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2) decode_gemv_kernel(G
       if (threadIdx.x == 0) arrived_sm = atomicAdd(p.counters + rb, static_cast<unsigned>(n_units)) +
                                          static_cast<unsigned>(n_units);
       __syncthreads();
-      if (arrived_sm == p.groups_per_row_block) {
+      if (arrived_sm == static_cast<unsigned>(p.groups_per_row_block)) {
         // Last contributor: every other share is in the accumulator. Convert the
         // row block to Y and leave accumulator and counter zero for the next call.
         __threadfence();
@@ -281,7 +282,10 @@ std::optional<std::string> decode_gemv_unsupported(DType t, const LinearShape& s
   if (s.K % 8 != 0)
     return "decode_gemv needs K to be a multiple of 8 (rows of W are read as 16-byte vectors and must stay aligned); K = " +
            std::to_string(s.K);
-  if (s.N >= (1ull << 40) || s.K >= (1ull << 40)) return "decode_gemv: shape too large";
+  if (s.N >= (1ull << 40) || s.K >= (1ull << 40) ||
+      decode_gemv_row_blocks(s.N) * ((s.K + kKPerGroup - 1) / kKPerGroup) >= (1ull << 31))
+    return "decode_gemv: shape too large (more than 2^31 units of " + std::to_string(kRowsPerBlock) + " rows x " +
+           std::to_string(kKPerGroup) + " k)";
   return std::nullopt;
 }
 
@@ -318,8 +322,8 @@ void DecodeGemv::run(const void* X, const void* W, void* Y, cudaStream_t stream)
   p.counters = counters_.as<unsigned>();
   p.N = static_cast<long long>(shape_.N);
   p.K = static_cast<long long>(shape_.K);
-  p.groups_per_row_block = static_cast<long long>(groups_per_row_block_);
-  p.units = static_cast<long long>(row_blocks_ * groups_per_row_block_);
+  p.groups_per_row_block = static_cast<int>(groups_per_row_block_);
+  p.units = static_cast<int>(row_blocks_ * groups_per_row_block_);
   void* args[] = {&p};
   PB_CUDA_CHECK(cudaLaunchKernel(kernel_for(type_, shape_.M), dim3(blocks_), dim3(kThreads), args, 0, stream));
 }
