@@ -441,13 +441,16 @@ int cmd_run(int argc, char** argv) {
 int cmd_model(int argc, char** argv) {
   CLI::App app{"Analytical model: FLOPs, bytes, roofline times, TTFT and per-token latency from a config.", "phasebench model"};
   std::string model = "llama-3.1-8b", config, dtype = "bf16", kv_dtype, gpu = "h100-sxm", weight_dtype, routing = "uniform";
-  std::int64_t batch = 1, prompt = 1024, context = 0, hidden = 0, layers = 0, generate = 0, tp = 1;
+  std::int64_t batch = 1, prompt = 1024, context = 0, hidden = 0, layers = 0, generate = 0, tp = 1, new_tokens = 1;
   bool json = false, simple = false, allow_long = false;
   app.add_option("--model", model, "shipped model short name (see `phasebench models`)");
   app.add_option("--config", config, "path to a Hugging Face config.json (overrides --model)");
   app.add_option("--batch", batch, "sequences per step");
   app.add_option("--prompt", prompt, "prompt length (prefill step)");
   app.add_option("--context", context, "tokens in the KV cache at the decode step (default: the prompt length)");
+  app.add_option("--new-tokens", new_tokens,
+                 "new tokens per sequence in the decode step (default 1; S > 1: speculative verification of S tokens, "
+                 "causal among themselves, with logits for each, as the decode_attention_multi benchmark runs them)");
   app.add_option("--dtype", dtype, "weights/activations: fp32, fp16, bf16, fp8");
   app.add_option("--kv-dtype", kv_dtype, "KV cache element type (default: --dtype, 16-bit for 8-bit weights)");
   app.add_option("--weight-dtype", weight_dtype,
@@ -513,6 +516,7 @@ int cmd_model(int argc, char** argv) {
     in.batch = static_cast<std::uint64_t>(batch);
     in.prompt = static_cast<std::uint64_t>(prompt);
     in.context = context > 0 ? static_cast<std::uint64_t>(context) : in.prompt;
+    in.new_tokens = positive(new_tokens, "--new-tokens");
     in.dtype = t;
     in.kv_dtype = kv_dtype.empty() ? (element_bytes(t) == 1 ? DType::bf16 : t) : parse_dtype(kv_dtype);
     if (!weight_dtype.empty()) in.weights = WeightFormat::parse(weight_dtype);

@@ -135,7 +135,7 @@ Estimate estimate(const ModelConfig& m, const GpuSpec& gpu, const EstimateInputs
   const auto ceil = gpu.ceilings();
   const double link = gpu.interconnect_gbps;
   e.prefill = estimate_phase(s, ceil, {Phase::prefill, in.batch, in.prompt, 0}, in, e.precision, gpu.key, link);
-  e.decode = estimate_phase(s, ceil, {Phase::decode, in.batch, 1, in.context}, in, e.precision, gpu.key, link);
+  e.decode = estimate_phase(s, ceil, {Phase::decode, in.batch, in.new_tokens, in.context}, in, e.precision, gpu.key, link);
   e.ttft_s = e.prefill.time_s;
   e.per_token_s = e.decode.time_s;
   if (in.generate) e.request = estimate_request(s, ceil, in, e.precision, gpu.key, link, e.ttft_s);

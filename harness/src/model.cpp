@@ -411,8 +411,11 @@ void add_attention_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const St
     // A sliding-window layer reads at most its window of the cache; a chunked
     // layer the tokens of the new token's chunk before it (context mod chunk).
     const auto L = kind.window ? std::min(step.context, kind.window) : kind.chunk ? step.context % kind.chunk : step.context;
-    const AttentionShape att{B, m.heads, m.kv_heads, L, D};
-    attention = {"attention", "decode_attention", att.shape(), decode_attention_cost(att, p.c, p.a)};
+    // S new tokens: the cache holds them too (L + S - 1 keys, so S = 1 reads L),
+    // and new token i sees L + i of them (the decode_attention_multi benchmark's formula).
+    const AttentionShape att{B, m.heads, m.kv_heads, L + S - 1, D};
+    attention = {"attention", "decode_attention", att.shape(), decode_attention_cost(att, p.c, p.a, DecodeQueries{S, {}})};
+    if (S > 1) attention.shape.set("S", S);
   }
   attention.variant = window;
   if (m.attention_sinks) {  // gpt-oss: one learned logit per head joins each softmax (its FLOPs: a few per row, not counted)
@@ -462,6 +465,10 @@ void add_mla_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const StepShap
       op.weights = kvb.name;
       return op;
     };
+    if (S > 1)
+      throw InputError("--new-tokens " + std::to_string(S) +
+                       ": multi-token decode steps are modelled for MHA/GQA attention, not yet for MLA (" + m.name +
+                       "); use --new-tokens 1");
     ops.push_back(batched("q_absorb", R, a.qk_nope, a.qk_nope));  // q_nope [nope] x W_UK -> [R] per head
     const LatentAttentionShape att{B, H, step.context, R, P};
     LayerOp op{"attention", "decode_attention", att.shape(), decode_latent_attention_cost(att, p.c, p.a)};
@@ -510,11 +517,13 @@ std::vector<LayerOp> step_ops(const ModelConfig& m, const StepShape& step, const
         ops.push_back(std::move(op));
     }
   ops.push_back(make_elementwise("final_norm", rmsnorm_cost(M, m.hidden, p.a, p.w)));
-  // Logits for the last token of each sequence only.
-  ops.push_back(make_linear("lm_head", step.batch, m.vocab, m.hidden, p));
+  // Logits for the last token of each sequence only in prefill; for every new
+  // token of a decode step (speculative verification checks each drafted token).
+  const auto logit_rows = step.phase == Phase::decode ? M : step.batch;
+  ops.push_back(make_linear("lm_head", logit_rows, m.vocab, m.hidden, p));
   if (m.tp > 1) {  // each GPU computed its slice of the vocabulary
-    LayerOp op{"logits_all_gather", "all_gather", Shape{{"bytes", mul({step.batch, m.vocab, m.tp, p.a})}, {"gpus", m.tp}}, {}};
-    op.link_bytes = all_gather_link_bytes(mul({step.batch, m.vocab, m.tp, p.a}, "logit bytes"), m.tp);
+    LayerOp op{"logits_all_gather", "all_gather", Shape{{"bytes", mul({logit_rows, m.vocab, m.tp, p.a})}, {"gpus", m.tp}}, {}};
+    op.link_bytes = all_gather_link_bytes(mul({logit_rows, m.vocab, m.tp, p.a}, "logit bytes"), m.tp);
     ops.push_back(op);
   }
   return ops;

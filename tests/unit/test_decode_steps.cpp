@@ -18,6 +18,7 @@
 #include "cpu/cpu_kernels.hpp"
 #include "phasebench/context_dist.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/model.hpp"
 #include "phasebench/ops/attention.hpp"
 #include "sweep.hpp"
 
@@ -103,6 +104,42 @@ TEST(DecodeSteps, CostByHand) {
   EXPECT_EQ(decode_attention_max_length(r), *std::max_element(lens.begin(), lens.end()));
   // The footprint allocates every sequence at the longest context.
   EXPECT_GE(r.footprint_bytes(), 2u * 2 * 8 * 8 * decode_attention_max_length(r) * 128);
+}
+
+TEST(DecodeSteps, TheAnalyticalModelCostsTheStepAsTheBenchmarkDoes) {
+  // phasebench model --new-tokens S: the decode step's attention is the
+  // decode_attention_multi point over the context plus the S - 1 earlier new
+  // tokens (S = 1: the plain decode over the context), and every new token gets
+  // logits (lm_head over B*S rows).
+  const auto m = load_model("llama-3.1-8b");
+  const auto p = Precision::from(DType::bf16, DType::bf16);
+  for (std::uint64_t S : {1u, 4u}) {
+    const StepShape step{Phase::decode, 8, S, 1024};
+    const auto ops = step_ops(m, step, p);
+    const auto att = std::find_if(ops.begin(), ops.end(), [](const LayerOp& o) { return o.name == "attention"; });
+    ASSERT_NE(att, ops.end());
+    auto r = decode_attention_request({8, m.heads, m.kv_heads, 1024 + S - 1, m.head_dim}, DType::bf16, false);
+    set_decode_steps(r, S, ContextDist{});
+    EXPECT_EQ(att->cost.flops, r.cost().flops) << "S=" << S;
+    EXPECT_EQ(att->cost.bytes.kv_cache, r.cost().bytes.kv_cache) << "S=" << S;
+    EXPECT_EQ(att->cost.bytes.activations, r.cost().bytes.activations) << "S=" << S;
+    EXPECT_EQ(att->cost.bytes.writes, r.cost().bytes.writes) << "S=" << S;
+    const auto lm = std::find_if(ops.begin(), ops.end(), [](const LayerOp& o) { return o.name == "lm_head"; });
+    ASSERT_NE(lm, ops.end());
+    EXPECT_EQ(lm->shape["M"], 8 * S);
+  }
+  // Not modelled for MLA yet: one clear error.
+  EXPECT_THROW(step_ops(load_model("deepseek-v2-lite"), StepShape{Phase::decode, 1, 4, 512}, p), InputError);
+  // Through the CLI: S = 4 costs more attention FLOPs than S = 1 at the same context; 0 is refused.
+  const auto one = test::run_cli("model --model llama-3.1-8b --batch 8 --context 1024 --json");
+  const auto four = test::run_cli("model --model llama-3.1-8b --batch 8 --context 1024 --new-tokens 4 --json");
+  ASSERT_EQ(one.status, 0) << one.out;
+  ASSERT_EQ(four.status, 0) << four.out;
+  const auto j1 = nlohmann::json::parse(one.out), j4 = nlohmann::json::parse(four.out);
+  EXPECT_GT(j4.at("phases").at("decode").at("flops").get<double>(), 3.9 * j1.at("phases").at("decode").at("flops").get<double>());
+  const auto zero = test::run_cli("model --model llama-3.1-8b --new-tokens 0");
+  EXPECT_EQ(zero.status, 2) << zero.out;
+  EXPECT_NE(zero.out.find("--new-tokens"), std::string::npos) << zero.out;
 }
 
 TEST(DecodeSteps, CpuOpMatchesReferenceOnTailHeavyShapes) {

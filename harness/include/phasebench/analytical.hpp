@@ -19,6 +19,9 @@ struct EstimateInputs {
   std::uint64_t batch = 1;
   std::uint64_t prompt = 1024;   // S of the prefill step
   std::uint64_t context = 1024;  // L of the decode step
+  // S new tokens per sequence in the decode step (speculative verification of
+  // S - 1 drafted tokens plus one: causal among themselves, logits for all S).
+  std::uint64_t new_tokens = 1;
   DType dtype = DType::bf16;     // weights (and activations unless 8-bit)
   DType kv_dtype = DType::bf16;
   CeilingSource ceiling = CeilingSource::datasheet;
