@@ -144,15 +144,17 @@ double linear_element(const float* X, const float* W, std::size_t K, std::size_t
 }
 
 namespace {
-void attend(const float* q, std::size_t L, std::size_t D, float scale,
+// One query over L keys of width Dk and values of width Dv, in double: the
+// softmax of the scaled dot products, then the weighted sum of the values.
+void attend(const float* q, std::size_t L, std::size_t Dk, std::size_t Dv, float scale,
             const std::function<const float*(std::size_t)>& key, const std::function<const float*(std::size_t)>& value,
-            float* out) {
+            double* out) {
   std::vector<double> s(L);
   double mx = -1e300;
   for (std::size_t l = 0; l < L; ++l) {
     const float* k = key(l);
     double dot = 0;
-    for (std::size_t d = 0; d < D; ++d) dot += static_cast<double>(q[d]) * k[d];
+    for (std::size_t d = 0; d < Dk; ++d) dot += static_cast<double>(q[d]) * k[d];
     s[l] = dot * scale;
     mx = std::max(mx, s[l]);
   }
@@ -161,12 +163,20 @@ void attend(const float* q, std::size_t L, std::size_t D, float scale,
     x = std::exp(x - mx);
     denom += x;
   }
-  std::vector<double> acc(D, 0.0);
+  std::fill(out, out + Dv, 0.0);
   for (std::size_t l = 0; l < L; ++l) {
     const float* v = value(l);
-    for (std::size_t d = 0; d < D; ++d) acc[d] += s[l] * v[d];
+    for (std::size_t d = 0; d < Dv; ++d) out[d] += s[l] * v[d];
   }
-  for (std::size_t d = 0; d < D; ++d) out[d] = static_cast<float>(acc[d] / denom);
+  for (std::size_t d = 0; d < Dv; ++d) out[d] /= denom;
+}
+
+void attend(const float* q, std::size_t L, std::size_t D, float scale,
+            const std::function<const float*(std::size_t)>& key, const std::function<const float*(std::size_t)>& value,
+            float* out) {
+  std::vector<double> acc(D);
+  attend(q, L, D, D, scale, key, value, acc.data());
+  for (std::size_t d = 0; d < D; ++d) out[d] = static_cast<float>(acc[d]);
 }
 }  // namespace
 
@@ -326,27 +336,8 @@ void check_moe(const MoeInputs& in, const std::vector<std::uint64_t>& tokens, DT
 
 void latent_attention_head(const float* q, std::size_t L, std::size_t R, std::size_t P, float scale,
                            const std::function<const float*(std::size_t)>& latent, double* out) {
-  const std::size_t W = R + P;
-  std::vector<double> s(L);
-  double mx = -1e300;
-  for (std::size_t l = 0; l < L; ++l) {
-    const float* c = latent(l);
-    double dot = 0;
-    for (std::size_t d = 0; d < W; ++d) dot += static_cast<double>(q[d]) * c[d];  // the nope (latent) and rope parts
-    s[l] = dot * scale;
-    mx = std::max(mx, s[l]);
-  }
-  double denom = 0;
-  for (auto& x : s) {
-    x = std::exp(x - mx);
-    denom += x;
-  }
-  std::fill(out, out + R, 0.0);
-  for (std::size_t l = 0; l < L; ++l) {
-    const float* c = latent(l);
-    const double w = s[l] / denom;
-    for (std::size_t d = 0; d < R; ++d) out[d] += w * c[d];  // values: the first R elements of the latent
-  }
+  // Keys: the whole latent (nope and rope parts); values: its first R elements.
+  attend(q, L, R + P, R, scale, latent, latent, out);
 }
 
 }  // namespace phasebench::reference

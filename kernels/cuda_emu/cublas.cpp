@@ -345,17 +345,22 @@ cudaError_t run_gemm(const Gemm& g) {
 
 // Queues the work on `stream`; a stream that refuses it (destroyed, a failed
 // context, an illegal capture) is what a failed kernel launch is to cuBLAS.
+// Puts a library call's work on its stream (capturable into a graph, as cuBLAS's is).
+cublasStatus_t enqueue_work(pb_emu::Op op, cudaStream_t stream, const std::string& call) {
+  op.capturable = true;
+  if (cudaError_t e = pb_emu::enqueue(stream, std::move(op)); e != cudaSuccess)
+    return fail(CUBLAS_STATUS_EXECUTION_FAILED, call,
+                std::string("the stream did not take the work: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t enqueue_gemm(Gemm g, cudaStream_t stream) {
   const std::string call = g.call;
   auto job = std::make_shared<const Gemm>(std::move(g));
   pb_emu::Op op;
   op.what = call;
   op.run = [job] { return run_gemm(*job); };
-  op.capturable = true;
-  if (cudaError_t e = pb_emu::enqueue(stream, std::move(op)); e != cudaSuccess)
-    return fail(CUBLAS_STATUS_EXECUTION_FAILED, call,
-                std::string("the stream did not take the work: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-  return CUBLAS_STATUS_SUCCESS;
+  return enqueue_work(std::move(op), stream, call);
 }
 
 // ---- which problems the libraries run -------------------------------------------------
@@ -1087,11 +1092,7 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t tran
     }
     return cudaSuccess;
   };
-  op.capturable = true;
-  if (cudaError_t e = pb_emu::enqueue(handle->stream, std::move(op)); e != cudaSuccess)
-    return fail(CUBLAS_STATUS_EXECUTION_FAILED, call,
-                std::string("the stream did not take the work: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-  return CUBLAS_STATUS_SUCCESS;
+  return enqueue_work(std::move(op), handle->stream, call);
 }
 
 // Grouped batched GEMM (cuBLAS 12.5+): group i has its own transa/transb, m, n, k,
@@ -1216,11 +1217,7 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t handle, const cublasOpe
       }
     return cudaSuccess;
   };
-  op.capturable = true;
-  if (cudaError_t e = pb_emu::enqueue(handle->stream, std::move(op)); e != cudaSuccess)
-    return fail(CUBLAS_STATUS_EXECUTION_FAILED, call,
-                std::string("the stream did not take the work: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-  return CUBLAS_STATUS_SUCCESS;
+  return enqueue_work(std::move(op), handle->stream, call);
 }
 
 // ---- cuBLASLt ------------------------------------------------------------------------------

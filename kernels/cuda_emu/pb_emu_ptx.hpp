@@ -82,51 +82,41 @@ PB_EMU_MMA_16816(mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32, true)
 PB_EMU_MMA_16816(mma_sync_aligned_m16n8k16_row_col_f32_f16_f16_f32, false)
 #undef PB_EMU_MMA_16816
 
-// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 {r...}, [addr]
-#define PB_EMU_LDMATRIX(name, num, trans, ...)                                                           \
-  inline void name(__VA_ARGS__, std::size_t addr, const char* file = __builtin_FILE(),                  \
-                   int line = __builtin_LINE())
-PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x1_shared_b16, 1, false, unsigned& r0) {
-  unsigned r[1];
-  ldmatrix_m8n8_b16(r, 1, false, addr, "ldmatrix.sync.aligned.m8n8.x1.shared.b16", file, line);
-  r0 = r[0];
-}
-PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x2_shared_b16, 2, false, unsigned& r0, unsigned& r1) {
-  unsigned r[2];
-  ldmatrix_m8n8_b16(r, 2, false, addr, "ldmatrix.sync.aligned.m8n8.x2.shared.b16", file, line);
-  r0 = r[0];
-  r1 = r[1];
-}
-PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x4_shared_b16, 4, false, unsigned& r0, unsigned& r1, unsigned& r2,
-                unsigned& r3) {
-  unsigned r[4];
-  ldmatrix_m8n8_b16(r, 4, false, addr, "ldmatrix.sync.aligned.m8n8.x4.shared.b16", file, line);
-  r0 = r[0];
-  r1 = r[1];
-  r2 = r[2];
-  r3 = r[3];
-}
-PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x1_trans_shared_b16, 1, true, unsigned& r0) {
-  unsigned r[1];
-  ldmatrix_m8n8_b16(r, 1, true, addr, "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16", file, line);
-  r0 = r[0];
-}
-PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x2_trans_shared_b16, 2, true, unsigned& r0, unsigned& r1) {
-  unsigned r[2];
-  ldmatrix_m8n8_b16(r, 2, true, addr, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", file, line);
-  r0 = r[0];
-  r1 = r[1];
-}
-PB_EMU_LDMATRIX(ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16, 4, true, unsigned& r0, unsigned& r1, unsigned& r2,
-                unsigned& r3) {
-  unsigned r[4];
-  ldmatrix_m8n8_b16(r, 4, true, addr, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", file, line);
-  r0 = r[0];
-  r1 = r[1];
-  r2 = r[2];
-  r3 = r[3];
-}
-#undef PB_EMU_LDMATRIX
+// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 {r...}, [addr]: one
+// macro per register count, each made with and without .trans.
+#define PB_EMU_LDMATRIX_X1(name, trans, text)                                                                  \
+  inline void name(unsigned& r0, std::size_t addr, const char* file = __builtin_FILE(), int line = __builtin_LINE()) { \
+    unsigned r[1];                                                                                              \
+    ldmatrix_m8n8_b16(r, 1, trans, addr, text, file, line);                                                     \
+    r0 = r[0];                                                                                                  \
+  }
+#define PB_EMU_LDMATRIX_X2(name, trans, text)                                                              \
+  inline void name(unsigned& r0, unsigned& r1, std::size_t addr, const char* file = __builtin_FILE(),     \
+                   int line = __builtin_LINE()) {                                                         \
+    unsigned r[2];                                                                                          \
+    ldmatrix_m8n8_b16(r, 2, trans, addr, text, file, line);                                                 \
+    r0 = r[0];                                                                                              \
+    r1 = r[1];                                                                                              \
+  }
+#define PB_EMU_LDMATRIX_X4(name, trans, text)                                                                     \
+  inline void name(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, std::size_t addr,                     \
+                   const char* file = __builtin_FILE(), int line = __builtin_LINE()) {                           \
+    unsigned r[4];                                                                                                 \
+    ldmatrix_m8n8_b16(r, 4, trans, addr, text, file, line);                                                        \
+    r0 = r[0];                                                                                                     \
+    r1 = r[1];                                                                                                     \
+    r2 = r[2];                                                                                                     \
+    r3 = r[3];                                                                                                     \
+  }
+PB_EMU_LDMATRIX_X1(ldmatrix_sync_aligned_m8n8_x1_shared_b16, false, "ldmatrix.sync.aligned.m8n8.x1.shared.b16")
+PB_EMU_LDMATRIX_X2(ldmatrix_sync_aligned_m8n8_x2_shared_b16, false, "ldmatrix.sync.aligned.m8n8.x2.shared.b16")
+PB_EMU_LDMATRIX_X4(ldmatrix_sync_aligned_m8n8_x4_shared_b16, false, "ldmatrix.sync.aligned.m8n8.x4.shared.b16")
+PB_EMU_LDMATRIX_X1(ldmatrix_sync_aligned_m8n8_x1_trans_shared_b16, true, "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16")
+PB_EMU_LDMATRIX_X2(ldmatrix_sync_aligned_m8n8_x2_trans_shared_b16, true, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16")
+PB_EMU_LDMATRIX_X4(ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16, true, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16")
+#undef PB_EMU_LDMATRIX_X1
+#undef PB_EMU_LDMATRIX_X2
+#undef PB_EMU_LDMATRIX_X4
 
 // cp.async.cg.shared.global [dst], [src], 16{, src_size}; (.cg takes only cp-size 16,
 // so the literal 16 of the template, which cu2emu.py does not pass, is implied.)
