@@ -126,6 +126,7 @@ namespace {
 // What `phasebench run` takes besides Google Benchmark's flags.
 struct RunFlags {
   std::string backend = "auto", models = "llama-3.1-8b", dtypes, ops, out, cache = "cold", ceiling = "measured";
+  std::string cold_timing = "rotate";
   std::map<std::string, std::string> axes;  // axis key -> the flag's text (OpRegistry's axes)
   std::vector<std::string> shapes;
   // The stopping rule and the energy window; empty: the backend's defaults (stop_rule()).
@@ -166,6 +167,9 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--out", f.out, "results file (default results/<device>/<UTC time>.json); never replaced unless --overwrite");
   app.add_flag("--overwrite", f.overwrite, "replace the --out file if it exists");
   app.add_option("--cache", f.cache, "cold (flush the last-level cache before each sample) or hot");
+  app.add_option("--cold-timing", f.cold_timing,
+                 "cold samples of short GPU launches (hot launch < 100 us, data < 2x L2): rotate (one CUDA graph over k "
+                 "copies of the op's data, together >= 2x L2, time / k; default) or single (one launch each)");
   app.add_option("--roofline", f.ceiling, "ceilings the percentages use: measured or datasheet");
   app.add_flag("--no-calibrate", f.no_calibrate, "skip measuring ceilings (percentages then use the datasheet)");
   app.add_flag("--no-paired-read", f.no_paired_read,
@@ -282,6 +286,7 @@ nlohmann::json run_context(Backend& backend, const std::string& why, const RunFl
   pctx["backend_choice"] = why;
   pctx["device"] = device_json(backend.device());
   pctx["cache"] = f.cache;
+  if (f.cache == "cold") pctx["cold_timing"] = f.cold_timing;
   pctx["ceiling_used"] = f.ceiling;
   pctx["notes"] = "FLOPs exclude softmax, RoPE and norms; bytes are the minimum traffic (each input read once, each output "
                   "written once); times are the median of samples; fractions use ceiling_used ceilings, all sources in "
@@ -398,6 +403,10 @@ int cmd_run(int argc, char** argv) {
     if (f.cache != "cold" && f.cache != "hot") throw InputError("--cache must be cold or hot, got '" + f.cache + "'");
     RunOptions ropts;
     ropts.cold_cache = f.cache == "cold";
+    if (const auto ct = parse_cold_timing(f.cold_timing))
+      ropts.cold_timing = *ct;
+    else
+      throw InputError("--cold-timing must be rotate or single, got '" + f.cold_timing + "'");
     ropts.paired_read = !f.no_paired_read;
     ropts.ceiling = parse_ceiling_source(f.ceiling);
     std::optional<double> energy_window;  // a bad value is refused here, before a backend is chosen

@@ -117,6 +117,7 @@ void BenchContext::prepare_point(const Point& p, PointOutcome& out) {
 bool BenchContext::take_sample(const Point& p, bool pair, PointOutcome& out, std::vector<double>& call_samples) {
   TimingOptions topts;
   topts.cold_cache = opts_.cold_cache;
+  topts.cold_timing = opts_.cold_timing;
   topts.range_name = p.name;
   // The paired read goes outside the timed region (manual time; it also leaves the caches cold).
   const std::optional<double> read = pair ? backend_.paired_read() : std::nullopt;
@@ -136,6 +137,9 @@ bool BenchContext::take_sample(const Point& p, bool pair, PointOutcome& out, std
   out.samples.push_back(s.seconds);
   call_samples.push_back(s.seconds);
   out.runs_per_sample = s.runs;
+  out.timing_method = s.method;
+  out.rotating_bytes = s.rotating_bytes;
+  out.why_single = s.why_single;
   return true;
 }
 
@@ -148,7 +152,7 @@ bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutco
   const auto& rule = opts_.stop;
   const std::size_t min_n = std::max(kMinSamplesPerPoint, rule.min_samples);
   try {
-    backend_.throttled_since_last_check();  // reset the flag for this call
+    backend_.begin_sample_group();
     for (auto _ : st) {
       std::vector<double> mine;
       if (!rule.by_noise) {
@@ -185,7 +189,13 @@ bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutco
       out.noise = relative_noise(out.samples);
       out.stop_reason = "google_benchmark_min_time";
     }
-    out.throttled = backend_.throttled_since_last_check() || out.throttled;
+    if (auto w = backend_.end_sample_group()) {
+      if (out.throttle)
+        out.throttle->merge(*w);
+      else
+        out.throttle = *w;
+      out.throttled = judge_throttle(*out.throttle, run_max_mhz_).flagged;
+    }
     out.clocks = backend_.clocks();
     measure_energy(out);
   } catch (const std::exception& e) {
@@ -442,11 +452,18 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
   j["time"] = {{"median_s", s.median}, {"mean_s", s.mean}, {"min_s", s.min}, {"max_s", s.max},
                {"stddev_s", s.stddev}, {"cv", s.cv}, {"samples", s.count}, {"runs_per_sample", o->runs_per_sample},
                {"noise", o->noise}, {"converged", o->converged ? nlohmann::json(*o->converged) : nlohmann::json(nullptr)},
-               {"stop_reason", o->stop_reason}, {"samples_s", compact_samples(o->samples)}};
+               {"stop_reason", o->stop_reason}, {"samples_s", compact_samples(o->samples)},
+               {"method", o->timing_method}};
+  if (o->timing_method == "rotating_graph") {
+    j["time"]["rotating_copies"] = o->runs_per_sample;
+    j["time"]["rotating_bytes"] = o->rotating_bytes;
+  }
+  if (!o->why_single.empty()) j["time"]["why_single"] = o->why_single;
   const double flops = static_cast<double>(cost.flops), bytes = static_cast<double>(cost.bytes.total());
   j["tflops"] = finite_or_null(tflops(flops, s.median));
   j["gbps"] = finite_or_null(gbps(bytes, s.median));
   j["throttled"] = o->throttled;
+  if (o->throttle) j["throttle"] = throttle_json(*o->throttle, judge_throttle(*o->throttle, run_max_mhz_), run_max_mhz_);
   j["clocks"] = o->clocks;
   if (o->rejected_low_clock > 0 || run_max_mhz_ > 0)
     j["clock_check"] = {{"ratio", opts_.clock_ratio},

@@ -51,6 +51,13 @@ struct PointOutcome {
   std::string message;
   std::vector<double> samples;  // seconds per run(), every timed sample of the point
   std::uint64_t runs_per_sample = 1;
+  // How the samples were timed (Sample::method, rotating_bytes, why_single).
+  std::string timing_method = "single";
+  std::uint64_t rotating_bytes = 0;
+  std::string why_single;
+  // What the limiters and clocks did over the point's groups of samples, and
+  // the verdict (judge_throttle against the run's highest SM clock).
+  std::optional<ThrottleWindow> throttle;
   bool throttled = false;
   nlohmann::json clocks;  // clocks seen at the end of the point
   // Paired reads (large memory-bound points): per sample, its bytes/s over the
@@ -76,6 +83,7 @@ struct PointOutcome {
 
 struct RunOptions {
   bool cold_cache = true;
+  ColdTiming cold_timing = ColdTiming::rotate;  // cold short launches on a GPU (timing.hpp)
   CeilingSource ceiling = CeilingSource::measured;
   // Time a streaming read before every sample of memory-bound points that move
   // beyond the caches (cold cache only; where the backend can).

@@ -60,6 +60,11 @@ struct Collected {
   // The stopping rule's outcome: points timed, how many of those did not
   // converge; samples set aside for a low SM clock, and in how many points.
   std::size_t timed = 0, not_converged = 0, rejected = 0, rejected_points = 0;
+  // How points were timed (time.method) and the copies of rotating graphs; the
+  // points flagged throttled (clocks held down by a limiter).
+  std::map<std::string, std::size_t> methods;
+  std::uint64_t copies_min = 0, copies_max = 0;
+  std::size_t throttled = 0;
   // Energy per (phase, op): watts, J per token (layer points: times the model's
   // layers), and J per byte of memory-bound decode points.
   struct EnergyGroup {
@@ -72,6 +77,14 @@ void collect_measurement(const nlohmann::json& p, Collected& c) {
   if (!p.contains("time")) return;
   ++c.timed;
   if (p.at("time").value("converged", nlohmann::json()) == false) ++c.not_converged;
+  const std::string method = p.at("time").value("method", "single");
+  if (method == "rotating_graph") {
+    const auto k = p.at("time").value("rotating_copies", std::uint64_t{0});
+    c.copies_min = c.methods[method] ? std::min(c.copies_min, k) : k;
+    c.copies_max = std::max(c.copies_max, k);
+  }
+  ++c.methods[method];
+  if (p.value("throttled", false)) ++c.throttled;
   if (p.contains("clock_check")) {
     const auto n = p.at("clock_check").value("rejected_samples", std::uint64_t{0});
     c.rejected += n;
@@ -404,6 +417,17 @@ std::string measurement_section(const Collected& c, const nlohmann::json& pb) {
   if (c.not_converged)
     out += fmt::format("; {} did not: their medians rest on noisier samples (time.noise in the results)", c.not_converged);
   if (!out.empty()) out += "\n";
+  if (c.methods.count("rotating_graph") || c.methods.count("graph")) {
+    std::string parts;
+    for (const auto& [m, n] : c.methods) {
+      parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", n, m);
+      if (m == "rotating_graph") parts += fmt::format(" ({}-{} copies, time / copies)", c.copies_min, c.copies_max);
+    }
+    out += "timing: " + parts + " (time.method in the results)\n";
+  }
+  if (c.throttled)
+    out += fmt::format("throttled: {} points ran with clocks a limiter held down (their throttle block says which and how far)\n",
+                       c.throttled);
   if (c.rejected)
     out += fmt::format("clocks: {} samples in {} points set aside for an SM clock below {:.0f}% of the run's highest\n",
                        c.rejected, c.rejected_points, 100 * pb.value("clock_check", nlohmann::json::object()).value("ratio", 0.0));

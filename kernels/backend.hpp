@@ -21,6 +21,7 @@
 #include "phasebench/gpu_specs.hpp"
 #include "phasebench/op.hpp"
 #include "phasebench/roofline.hpp"
+#include "timing.hpp"
 
 namespace phasebench {
 
@@ -54,6 +55,8 @@ class PreparedOp {
 struct TimingOptions {
   bool cold_cache = true;  // flush the last-level cache before each sample, outside the region
   std::string range_name;  // NVTX range around the timed region (the benchmark's name)
+  // Cold short launches on a GPU: rotating copies in one graph, or one launch (timing.hpp).
+  ColdTiming cold_timing = ColdTiming::rotate;
 };
 
 // One timed sample.
@@ -64,6 +67,13 @@ struct Sample {
   // it: the fixture sets aside samples taken at a clock far below the run's
   // highest (nvbench's clock-ratio check).
   std::optional<double> sm_mhz;
+  // How it was timed: "single" (one run() between the timer's marks), "graph"
+  // (hot: a CUDA graph of `runs` launches of the op) or "rotating_graph" (cold:
+  // a CUDA graph running each of `runs` copies of the op once, `rotating_bytes`
+  // of data in all); `why_single` says why a short cold launch was timed singly.
+  std::string method = "single";
+  std::uint64_t rotating_bytes = 0;
+  std::string why_single;
 };
 
 // A reading of the device's cumulative energy counter: joules since some fixed
@@ -116,8 +126,11 @@ class Backend {
   virtual void profile(PreparedOp& op, const std::string& range_name) = 0;
   // Clocks now (SM and memory, MHz) and throttle reasons, when the backend can read them.
   virtual nlohmann::json clocks() const { return nlohmann::json::object(); }
-  // True when the device reported throttling since the last call.
-  virtual bool throttled_since_last_check() { return false; }
+  // A group of samples (one sampling call of a point) begins and ends: what the
+  // device's limiters and clocks did in between (timing.hpp), where the backend
+  // can tell; the fixture judges whether the point ran throttled.
+  virtual void begin_sample_group() {}
+  virtual std::optional<ThrottleWindow> end_sample_group() { return std::nullopt; }
   // Why samples carry no SM clock on this backend (Sample::sm_mhz), or nothing when they do.
   virtual std::optional<std::string> clocks_unavailable() const { return std::string("the backend reads no clocks"); }
   // The cumulative energy counter now, and what it counts (the JSON's energy source).

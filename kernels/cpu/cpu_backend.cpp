@@ -263,7 +263,9 @@ class CpuBackend final : public Backend {
     auto range = nvtx_range(opts.range_name);
     const auto t0 = Clock::now();
     op.run();
-    return Sample{seconds_since(t0), 1, std::nullopt};
+    Sample s;
+    s.seconds = seconds_since(t0);
+    return s;
   }
 
   void synchronize() override {}  // run() returns when the work is done

@@ -1,11 +1,13 @@
 // The CUDA backend: device 0, one non-blocking stream, cuBLAS and cuBLASLt
 // handles bound to it, a 64 MiB cuBLASLt workspace; the device description,
 // the ceilings, the operations (registered by their files, cuda_op.hpp),
-// CUDA-event timing and the clocks read through NVML.
+// CUDA-event timing (single launches, graphs of hot launches, rotating copies
+// for cold short ones) and the clocks and limiters read through NVML.
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -17,6 +19,7 @@
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
 #include "cuda/nvml_clocks.hpp"
+#include "cuda/rotating_graph.hpp"
 #include "cuda/stream_read.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/nvtx.hpp"
@@ -32,6 +35,11 @@ constexpr std::size_t kWorkspaceBytes = 64ull << 20;
 constexpr double kShortLaunchSeconds = 20e-6;
 constexpr double kGraphSeconds = 200e-6;
 constexpr std::uint64_t kMaxGraphRuns = 1000;
+// A cold sample of an op whose hot launch is shorter than this, and whose data
+// is under twice the L2, is timed over rotating copies (ColdTiming::rotate): its
+// fixed launch cost (1.5-3 us: the gap, the ramp, a dependent second launch) is
+// then more than about 2% of it.
+constexpr double kRotateBelowSeconds = 100e-6;
 // Hot samples (and calibration) start with a kernel that keeps the GPU busy this
 // long, so that the start event and the op are queued behind it and the
 // interval holds no host-side launch latency (cold samples have the flush).
@@ -83,10 +91,12 @@ int attribute(cudaDeviceAttr a, int device, const char* name) {
 // (whether one launch is too short to time alone, and the graph then used).
 class TimedOp final : public PreparedOp {
  public:
-  explicit TimedOp(std::unique_ptr<PreparedOp> inner) : inner_(std::move(inner)) {}
+  TimedOp(std::unique_ptr<PreparedOp> inner, OpRequest r) : request(std::move(r)), inner_(std::move(inner)) {}
   ~TimedOp() override {
     if (graph_) cudaGraphExecDestroy(graph_);
+    rotation.reset();  // its graph and copies before the op it copies
   }
+  PreparedOp& inner() { return *inner_; }
   void run() override { inner_->run(); }
   void verify() override { inner_->verify(); }
   std::vector<float> output_values() override { return inner_->output_values(); }
@@ -98,6 +108,12 @@ class TimedOp final : public PreparedOp {
   bool graph_tried = false;  // capture attempted (once, on the first hot sample)
   cudaGraphExec_t graph_ = nullptr;
   std::string graph_problem;  // why no graph could be captured, when short
+  // Cold samples over rotating copies (built on the first cold sample).
+  const OpRequest request;
+  bool rotation_tried = false;
+  std::unique_ptr<RotatingGraph> rotation;
+  std::uint64_t rotating_bytes = 0;
+  std::string rotation_why;  // why cold samples are single launches
 
  private:
   std::unique_ptr<PreparedOp> inner_;
@@ -225,17 +241,21 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<PreparedOp> prepare(const OpRequest& r) override {
     if (auto why = cannot_run(r)) throw Unsupported(*why);
-    return std::make_unique<TimedOp>(make_op(ctx_, r));
+    return std::make_unique<TimedOp>(make_op(ctx_, r), r);
   }
 
   void synchronize() override { PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
 
   // Timing. Cold cache (the default): before the sample, outside the events, a
   // read of a buffer 4x the L2 evicts the op's data (reading, so the op does
-  // not pay to write back dirty lines), then ONE launch is timed, even when it
-  // is short: a graph of N launches would make launches 2..N hot for any op
-  // whose data fits in L2, which is exactly the small memory-bound case. The
-  // cost is the events' resolution (about 0.5 us) on launches under 20 us.
+  // not pay to write back dirty lines). Then, for an op whose hot launch is
+  // under 100 us and whose data is under twice the L2 (--cold-timing rotate,
+  // the default), one CUDA graph runs each of k copies of the op once (own
+  // inputs, outputs and scratch; together >= 2x the L2, see plan_cold_rotation)
+  // and the sample is its time / k: no copy finds its data cached, the fixed
+  // launch cost is paid once per graph, and outputs are written back inside the
+  // window. A graph of N launches of ONE op would make launches 2..N hot. Any
+  // other cold sample (or --cold-timing single) is ONE launch, however short.
   // Hot cache: short launches (< 20 us, measured once per op) are timed as one
   // launch of a CUDA graph of N back-to-back launches (N so the graph lasts
   // >= 200 us, at most 1000), and the sample is the graph's time / N. A hot
@@ -246,6 +266,9 @@ class CudaBackend final : public Backend {
     if (!op.calibrated) calibrate(op);
     if (!opts.cold_cache && op.short_launch && !op.graph_tried) capture_graph(op);
     const bool use_graph = !opts.cold_cache && op.short_launch && op.graph_;
+    const bool want_rotation = opts.cold_cache && opts.cold_timing == ColdTiming::rotate;
+    if (want_rotation && !op.rotation_tried) build_rotation(op);
+    const bool rotate = want_rotation && op.rotation;
     if (opts.cold_cache)
       flush_l2();
     else
@@ -253,7 +276,9 @@ class CudaBackend final : public Backend {
     {
       auto range = nvtx_range(opts.range_name);
       PB_CUDA_CHECK(cudaEventRecord(start_, ctx_.stream));
-      if (use_graph)
+      if (rotate)
+        op.rotation->launch(ctx_.stream);
+      else if (use_graph)
         PB_CUDA_CHECK(cudaGraphLaunch(op.graph_, ctx_.stream));
       else
         op.run();
@@ -263,8 +288,14 @@ class CudaBackend final : public Backend {
     float ms = 0;
     PB_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
     Sample s;
-    s.runs = use_graph ? op.graph_runs : 1;
+    s.runs = rotate ? op.rotation->copies() : use_graph ? op.graph_runs : 1;
     s.seconds = static_cast<double>(ms) * 1e-3 / static_cast<double>(s.runs);
+    s.method = rotate ? "rotating_graph" : use_graph ? "graph" : "single";
+    if (rotate) s.rotating_bytes = op.rotating_bytes;
+    if (opts.cold_cache && !rotate)
+      s.why_single = want_rotation ? op.rotation_why : "--cold-timing single";
+    else if (!opts.cold_cache && op.short_launch && !use_graph)
+      s.why_single = op.graph_problem;
     if (const auto mhz = sample_clocks()) s.sm_mhz = *mhz;  // outside the timed region
     return s;
   }
@@ -308,10 +339,45 @@ class CudaBackend final : public Backend {
            "every few tens of ms)";
   }
 
-  bool throttled_since_last_check() override {
-    const bool t = throttled_;
-    throttled_ = false;
-    return t;
+  // The limiters' violation counters and NVML's clock samples around a group of
+  // samples; the clocks read after each sample stand in when NVML took no clock
+  // sample inside the group (it samples every ~10-100 ms).
+  void begin_sample_group() override {
+    group_ = Group{};
+    group_.active = true;
+    group_.t0 = std::chrono::steady_clock::now();
+    if (!nvml_->available()) return;
+    group_.violations = nvml_->read_violations();
+    std::vector<double> ignored;
+    group_.nvml_samples = nvml_->read_sm_clock_samples(0, ignored, group_.last_stamp_us);
+  }
+
+  std::optional<ThrottleWindow> end_sample_group() override {
+    if (!group_.active || !nvml_->available()) return std::nullopt;
+    group_.active = false;
+    ThrottleWindow w;
+    w.window_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - group_.t0).count();
+    const auto after = nvml_->read_violations();
+    if (group_.violations.ok && after.ok) {
+      w.counters = true;
+      for (const auto& [name, ns] : after.ns) {
+        const auto it = group_.violations.ns.find(name);
+        if (it != group_.violations.ns.end() && ns >= it->second) w.held_s[name] = static_cast<double>(ns - it->second) * 1e-9;
+      }
+    }
+    std::vector<double> mhz;
+    unsigned long long last = group_.last_stamp_us;
+    if (group_.nvml_samples && nvml_->read_sm_clock_samples(group_.last_stamp_us, mhz, last) && !mhz.empty()) {
+      w.sm_mhz_min = *std::min_element(mhz.begin(), mhz.end());
+      w.sm_mhz_max = *std::max_element(mhz.begin(), mhz.end());
+      w.clock_source = "nvml_samples";
+    } else if (group_.after_samples > 0) {
+      w.sm_mhz_min = group_.after_min;
+      w.sm_mhz_max = group_.after_max;
+      w.clock_source = "after_samples";
+    }
+    w.hard_reasons = group_.hard_reasons;
+    return w;
   }
 
  private:
@@ -319,6 +385,30 @@ class CudaBackend final : public Backend {
     auto* t = dynamic_cast<TimedOp*>(&op);
     if (!t) throw InputError("CudaBackend: this operation was not prepared by the CUDA backend");
     return *t;
+  }
+
+  // The rotating copies of a cold short op (see time()); why not, when not.
+  void build_rotation(TimedOp& op) {
+    op.rotation_tried = true;
+    if (op.single_seconds >= kRotateBelowSeconds) {
+      op.rotation_why = "the launch lasts at least 100 us: its fixed launch cost is under 2% of it";
+      return;
+    }
+    std::size_t free_bytes = 0, total_bytes = 0;
+    PB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const auto plan = plan_cold_rotation(op.request.footprint_bytes(), facts_.l2_bytes, free_bytes);
+    if (plan.copies < 2) {
+      op.rotation_why = plan.why;
+      return;
+    }
+    try {
+      op.rotation = std::make_unique<RotatingGraph>(ctx_, op.request, op.inner(), plan.copies);
+      op.rotating_bytes = plan.bytes;
+    } catch (const Unsupported& e) {  // a capture that failed: single launches, and why
+      op.rotation.reset();
+      op.rotation_why = e.what();
+      std::fprintf(stderr, "phasebench: no rotating graph for this op, timing single cold launches: %s\n", e.what());
+    }
   }
 
   // Warm-up, and whether one launch is short enough to need a graph (hot cache).
@@ -403,7 +493,12 @@ class CudaBackend final : public Backend {
     sm_max_ = std::max(sm_max_, r.sm_mhz);
     mem_min_ = std::min(mem_min_, r.memory_mhz);
     mem_max_ = std::max(mem_max_, r.memory_mhz);
-    if (r.reasons_ok && NvmlClocks::is_throttling(r.reasons)) throttled_ = true;
+    if (group_.active) {
+      group_.after_min = group_.after_samples ? std::min(group_.after_min, static_cast<double>(r.sm_mhz)) : r.sm_mhz;
+      group_.after_max = group_.after_samples ? std::max(group_.after_max, static_cast<double>(r.sm_mhz)) : r.sm_mhz;
+      ++group_.after_samples;
+      if (r.reasons_ok && NvmlClocks::is_throttling(r.reasons)) group_.hard_reasons = true;
+    }
     return static_cast<double>(r.sm_mhz);
   }
 
@@ -478,7 +573,17 @@ class CudaBackend final : public Backend {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   DeviceBuffer flush_, sink_;
   std::unique_ptr<NvmlClocks> nvml_;
-  bool throttled_ = false;
+  // The group of samples under way (begin_sample_group .. end_sample_group).
+  struct Group {
+    bool active = false;
+    std::chrono::steady_clock::time_point t0;
+    ViolationReading violations;
+    bool nvml_samples = false;           // NVML's clock samples could be read at the start
+    unsigned long long last_stamp_us = 0;  // the newest of them then
+    std::size_t after_samples = 0;       // clocks read after samples, their range
+    double after_min = 0, after_max = 0;
+    bool hard_reasons = false;  // a hardware/thermal slowdown reason after some sample
+  } group_;
   bool clocks_seen_ = false;
   unsigned sm_min_ = 0, sm_max_ = 0, mem_min_ = 0, mem_max_ = 0;
 };

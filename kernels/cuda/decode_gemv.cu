@@ -259,6 +259,10 @@ class DecodeGemvOp final : public PreparedOp {
     run();
     verify_linear(shape_, type_, type_, operands_.view(), ctx_.stream, "decode_gemv " + gemv_.describe());
   }
+  std::vector<float> output_values() override {
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return download_as_float(operands_.Y.get(), type_, shape_.M * shape_.N, ctx_.stream);
+  }
 
  private:
   Context& ctx_;

@@ -568,6 +568,7 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
     }
   }
 
+  std::vector<float> output_values() override { return output_as_float(); }
   std::vector<float> output_as_float() override {
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     return download_as_float(out_.get(), r_.dtype, static_cast<std::size_t>(B_) * H_ * kR, ctx_.stream);

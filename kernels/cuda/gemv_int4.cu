@@ -146,6 +146,11 @@ class GemvInt4Op final : public PreparedOp {
     PB_CUDA_CHECK_LAUNCH("gemv_int4_kernel");
   }
 
+  std::vector<float> output_values() override {
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return download_as_float(Y_.get(), DType::bf16, s_.M * s_.N, ctx_.stream);
+  }
+
   void verify() override {
     run();
     const auto y = download_as_float(Y_.get(), DType::bf16, s_.M * s_.N, ctx_.stream);

@@ -234,6 +234,7 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
     }
   }
 
+  std::vector<float> output_values() override { return output_as_float(); }
   std::vector<float> output_as_float() override {
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     return download_as_float(k_cache_.get(), r_.dtype, cache_elems_, ctx_.stream);

@@ -282,6 +282,7 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
     for (const auto& [b, s] : tokens) verify_token(w, tol, b, s);
   }
 
+  std::vector<float> output_values() override { return output_as_float(); }
   std::vector<float> output_as_float() override {
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     return download_as_float(out_.get(), r_.dtype, static_cast<std::size_t>(M_) * h_, ctx_.stream);

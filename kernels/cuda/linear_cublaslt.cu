@@ -45,6 +45,10 @@ class CublasLtLinearOp final : public PreparedOp {
     run();
     verify_linear(shape_, type_, linear_output_type(type_), operands_.view(), ctx_.stream, "cuBLASLt linear " + matmul_.describe());
   }
+  std::vector<float> output_values() override {
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return download_as_float(operands_.Y.get(), linear_output_type(type_), shape_.M * shape_.N, ctx_.stream);
+  }
 
  private:
   Context& ctx_;

@@ -4,7 +4,10 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <type_traits>
 
 #if PHASEBENCH_HAVE_NVML_H
@@ -36,6 +39,38 @@ constexpr ReasonBit kReasons[] = {
     {0x80ull, "hw_power_brake_slowdown"},
     {0x100ull, "display_clock_setting"},
 };
+// nvmlPerfPolicyType_t values and the names the results use; LOW_UTILIZATION
+// (idle between samples) and the totals are left out.
+struct Policy {
+  int id;
+  const char* name;
+};
+constexpr Policy kPolicies[] = {{0, "power"}, {1, "thermal"}, {2, "sync_boost"}, {3, "board_limit"}, {5, "reliability"}};
+constexpr int kNvmlErrorNotFound = 6;
+constexpr int kNvmlProcessorClkSamples = 5;
+// nvmlViolationTime_t and nvmlSample_t (value: a union of 8 bytes).
+struct ViolationTime {
+  unsigned long long reference_us;
+  unsigned long long violation_ns;
+};
+struct ClockSample {
+  unsigned long long stamp_us;
+  unsigned char value[8];
+};
+// nvmlValueType_t: how a sample's value reads.
+double sample_value(int type, const unsigned char* v) {
+  switch (type) {
+    case 0: { double d; std::memcpy(&d, v, 8); return d; }
+    case 1: { unsigned u; std::memcpy(&u, v, 4); return u; }
+    case 2: { unsigned long u; std::memcpy(&u, v, sizeof u); return static_cast<double>(u); }
+    case 3: { unsigned long long u; std::memcpy(&u, v, 8); return static_cast<double>(u); }
+    case 4: { long long i; std::memcpy(&i, v, 8); return static_cast<double>(i); }
+    case 5: { int i; std::memcpy(&i, v, 4); return i; }
+    case 6: { unsigned short u; std::memcpy(&u, v, 2); return u; }
+    default: return -1;
+  }
+}
+
 // hw_slowdown, sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown.
 constexpr std::uint64_t kThrottling = 0x8ull | 0x20ull | 0x40ull | 0x80ull;
 
@@ -44,6 +79,13 @@ static_assert(kNvmlSuccess == NVML_SUCCESS && kNvmlClockSm == NVML_CLOCK_SM && k
 static_assert(kThrottling == (nvmlClocksThrottleReasonHwSlowdown | nvmlClocksThrottleReasonSwThermalSlowdown |
                               nvmlClocksThrottleReasonHwThermalSlowdown | nvmlClocksThrottleReasonHwPowerBrakeSlowdown));
 static_assert(0x4ull == nvmlClocksEventReasonSwPowerCap && 0x1ull == nvmlClocksEventReasonGpuIdle);
+static_assert(kPolicies[0].id == NVML_PERF_POLICY_POWER && kPolicies[1].id == NVML_PERF_POLICY_THERMAL &&
+              kPolicies[2].id == NVML_PERF_POLICY_SYNC_BOOST && kPolicies[3].id == NVML_PERF_POLICY_BOARD_LIMIT &&
+              kPolicies[4].id == NVML_PERF_POLICY_RELIABILITY);
+static_assert(kNvmlErrorNotFound == NVML_ERROR_NOT_FOUND && kNvmlProcessorClkSamples == NVML_PROCESSOR_CLK_SAMPLES);
+static_assert(sizeof(ViolationTime) == sizeof(nvmlViolationTime_t) && sizeof(ClockSample) == sizeof(nvmlSample_t) &&
+              offsetof(nvmlSample_t, sampleValue) == offsetof(ClockSample, value) && sizeof(nvmlValue_t) == 8);
+static_assert(NVML_VALUE_TYPE_UNSIGNED_INT == 1 && NVML_VALUE_TYPE_UNSIGNED_SHORT == 6);
 #endif
 }  // namespace
 
@@ -65,6 +107,9 @@ NvmlClocks::NvmlClocks(const std::string& pci_bus_id) {
   if (!get_reasons_)
     get_reasons_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(sym("nvmlDeviceGetCurrentClocksThrottleReasons"));
   get_energy_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(sym("nvmlDeviceGetTotalEnergyConsumption"));
+  get_violation_ = reinterpret_cast<int (*)(void*, int, void*)>(sym("nvmlDeviceGetViolationStatus"));
+  get_samples_ =
+      reinterpret_cast<int (*)(void*, int, unsigned long long, int*, unsigned*, void*)>(sym("nvmlDeviceGetSamples"));
 #if PHASEBENCH_HAVE_NVML_H
   // The hand-written signatures above are those of nvml.h (enums as int, handles as void*).
   static_assert(sizeof(nvmlReturn_t) == sizeof(int) && sizeof(nvmlDevice_t) == sizeof(void*));
@@ -73,6 +118,13 @@ NvmlClocks::NvmlClocks(const std::string& pci_bus_id) {
   static_assert(std::is_same_v<decltype(&nvmlDeviceGetCurrentClocksEventReasons),
                                nvmlReturn_t (*)(nvmlDevice_t, unsigned long long*)>);
   static_assert(std::is_same_v<decltype(&nvmlDeviceGetClockInfo), nvmlReturn_t (*)(nvmlDevice_t, nvmlClockType_t, unsigned int*)>);
+  static_assert(std::is_same_v<decltype(&nvmlDeviceGetViolationStatus),
+                               nvmlReturn_t (*)(nvmlDevice_t, nvmlPerfPolicyType_t, nvmlViolationTime_t*)>);
+  static_assert(std::is_same_v<decltype(&nvmlDeviceGetSamples),
+                               nvmlReturn_t (*)(nvmlDevice_t, nvmlSamplingType_t, unsigned long long, nvmlValueType_t*,
+                                                unsigned int*, nvmlSample_t*)>);
+  static_assert(sizeof(nvmlPerfPolicyType_t) == sizeof(int) && sizeof(nvmlSamplingType_t) == sizeof(int) &&
+                sizeof(nvmlValueType_t) == sizeof(int));
 #endif
   if (!init || !by_bus || !shutdown_ || !get_clock_) {
     why_ = "clocks unavailable: libnvidia-ml.so.1 lacks nvmlInit_v2/nvmlDeviceGetHandleByPciBusId_v2/nvmlDeviceGetClockInfo";
@@ -151,6 +203,41 @@ bool NvmlClocks::read_energy(double& joules, std::string& error) const {
     return false;
   }
   joules = static_cast<double>(mj) * 1e-3;
+  return true;
+}
+
+ViolationReading NvmlClocks::read_violations() const {
+  ViolationReading r;
+  if (!device_ || !get_violation_) return r;
+  for (const auto& p : kPolicies) {
+    ViolationTime t{};
+    if (get_violation_(device_, p.id, &t) != kNvmlSuccess) continue;  // not reported by this device
+    r.ns[p.name] = t.violation_ns;
+    r.ok = true;
+  }
+  return r;
+}
+
+bool NvmlClocks::read_sm_clock_samples(unsigned long long after_us, std::vector<double>& mhz,
+                                       unsigned long long& last_us) const {
+  mhz.clear();
+  if (!device_ || !get_samples_) return false;
+  int type = 0;
+  unsigned count = 0;
+  int rc = get_samples_(device_, kNvmlProcessorClkSamples, after_us, &type, &count, nullptr);  // how many it keeps
+  if (rc == kNvmlErrorNotFound) return true;  // none since after_us
+  if (rc != kNvmlSuccess) return false;
+  if (count == 0) return true;
+  std::vector<ClockSample> buf(count);
+  rc = get_samples_(device_, kNvmlProcessorClkSamples, after_us, &type, &count, buf.data());
+  if (rc == kNvmlErrorNotFound) return true;
+  if (rc != kNvmlSuccess) return false;
+  for (unsigned i = 0; i < count && i < buf.size(); ++i) {
+    if (buf[i].stamp_us <= after_us) continue;
+    const double v = sample_value(type, buf[i].value);
+    if (v > 0) mhz.push_back(v);
+    last_us = std::max(last_us, buf[i].stamp_us);
+  }
   return true;
 }
 

@@ -1,14 +1,17 @@
 #pragma once
-// SM and memory clocks, clock-limiting ("throttle") reasons and the board's
-// energy counter, read through NVML loaded at run time with
+// SM and memory clocks, clock-limiting ("throttle") reasons, the limiters'
+// violation counters, NVML's own SM clock samples and the board's energy
+// counter, read through NVML loaded at run time with
 // dlopen("libnvidia-ml.so.1"): the library ships with the driver, so linking it
 // (CUDA::nvml) would make the binary fail to start on a machine without one,
 // such as CI's. Where the toolkit has nvml.h, the entry points are typed and the
 // constants checked against it. When NVML is missing the readings say why and
 // nothing else changes. No CUDA types here.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +24,14 @@ struct ClockReading {
   std::uint64_t reasons = 0;  // NVML clocks-event (throttle) reason bits
   bool reasons_ok = false;
   std::string error;  // why the reading failed, when !ok
+};
+
+// How long each limiter has held the clocks below what was asked, in total
+// (nvmlDeviceGetViolationStatus; nanoseconds): power, thermal, board_limit,
+// reliability, sync_boost. Limiters the device does not report are absent.
+struct ViolationReading {
+  bool ok = false;  // at least one limiter could be read
+  std::map<std::string, unsigned long long> ns;
 };
 
 class NvmlClocks {
@@ -40,6 +51,12 @@ class NvmlClocks {
   // The board's total energy since the driver loaded (nvmlDeviceGetTotalEnergyConsumption,
   // Volta and later), in joules; false with `error` set when it cannot be read.
   bool read_energy(double& joules, std::string& error) const;
+
+  ViolationReading read_violations() const;
+  // The SM clock samples NVML's driver took (every ~10-100 ms) after its time
+  // stamp `after_us` (0: all it keeps), in MHz; `last_us` becomes the newest
+  // sample's stamp (unchanged when there is none). False when it cannot read them.
+  bool read_sm_clock_samples(unsigned long long after_us, std::vector<double>& mhz, unsigned long long& last_us) const;
 
   // Reasons that mean the clocks were held down: hardware slowdown, thermal
   // slowdown (software or hardware), power brake. The software power cap alone
@@ -62,6 +79,8 @@ class NvmlClocks {
   int (*get_reasons_)(void*, unsigned long long*) = nullptr;
   const char* (*error_string_)(int) = nullptr;
   int (*get_energy_)(void*, unsigned long long*) = nullptr;
+  int (*get_violation_)(void*, int, void*) = nullptr;                                      // nvmlViolationTime_t*
+  int (*get_samples_)(void*, int, unsigned long long, int*, unsigned*, void*) = nullptr;  // nvmlSample_t*
 };
 
 }  // namespace phasebench::cuda

@@ -673,6 +673,7 @@ class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
     }
   }
 
+  std::vector<float> output_values() override { return output_as_float(); }
   std::vector<float> output_as_float() override {
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     return download_as_float(out_.get(), r_.dtype, q_elems_, ctx_.stream);

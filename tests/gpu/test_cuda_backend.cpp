@@ -187,19 +187,36 @@ TEST_F(CudaBackendTest, TimesProfilesAndReadsClocks) {
     const Sample s = backend().time(*op, TimingOptions{cold, "test/linear"});
     EXPECT_GT(s.seconds, 0.0);
     EXPECT_TRUE(std::isfinite(s.seconds));
-    // A 512^3 GEMM lasts a few microseconds: cold samples time one launch, hot
-    // ones a CUDA graph of many (1 here would mean the capture failed).
-    if (cold)
-      EXPECT_EQ(s.runs, 1u);
-    else
-      EXPECT_GT(s.runs, 1u) << "hot samples of a short launch should replay a captured CUDA graph";
+    // A 512^3 GEMM lasts a few microseconds and moves 1.5 MiB: cold samples
+    // replay a graph over rotating copies (together >= 2x L2), hot ones a graph
+    // of many launches of the op (1 here would mean the capture failed).
+    EXPECT_GT(s.runs, 1u) << s.method << ": " << s.why_single;
+    EXPECT_EQ(s.method, cold ? "rotating_graph" : "graph");
+    if (cold) {
+      EXPECT_GE(s.rotating_bytes, 2 * backend().device().cache_bytes);
+    }
   }
+  // Single cold launches stay available for comparison.
+  TimingOptions single{true, "test/linear"};
+  single.cold_timing = ColdTiming::single;
+  const Sample one = backend().time(*op, single);
+  EXPECT_EQ(one.runs, 1u);
+  EXPECT_EQ(one.method, "single");
+  EXPECT_EQ(one.why_single, "--cold-timing single");
   EXPECT_NO_THROW(op->verify());  // still right after the graph replays
   EXPECT_NO_THROW(backend().profile(*op, "test/linear/profile"));
   const auto clocks = backend().clocks();
   EXPECT_TRUE(clocks.contains("sm_mhz") || clocks.contains("error")) << clocks.dump();
-  // The flag resets on reading; whether the GPU throttled is not asserted.
-  (void)backend().throttled_since_last_check();
+  // A group of samples: how long the limiters held the clocks (not asserted:
+  // whether this GPU throttles is not the test's business), and a window.
+  backend().begin_sample_group();
+  (void)backend().time(*op, TimingOptions{true, "test/linear"});
+  if (const auto w = backend().end_sample_group()) {
+    EXPECT_GT(w->window_s, 0.0);
+    EXPECT_TRUE(w->sm_mhz_min.has_value()) << "no clock seen during the group";
+  } else {
+    EXPECT_TRUE(backend().clocks_unavailable().has_value());
+  }
   // With NVML each sample carries its SM clock (the clock-ratio check), and the
   // board's energy counter moves while the GPU works.
   if (!backend().clocks_unavailable()) {

@@ -166,6 +166,22 @@ def test_too_few_samples_depends_on_alpha(tmp_path):
     assert at[0.005]["min_p_value"] == pytest.approx(2 / 252)
 
 
+def test_points_timed_by_different_methods_are_flagged(tmp_path):
+    """A point timed as a rotating graph in one file and as single launches in the other is warned about."""
+    a = write_results(tmp_path / "a.json", {gemv("o_proj", 1): spaced(100, 0.001, 8),
+                                            gemv("qkv_proj", 1): spaced(100, 0.001, 8)})
+    doc = json.load(open(a))
+    doc["benchmarks"][0]["phasebench"]["time"]["method"] = "rotating_graph"
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(doc))
+    results, errors = pr.load_many([a, str(b)])
+    cmp = compare.build_comparison(results, errors)
+    mixed = [w for w in cmp["warnings"] if "different methods" in w]
+    assert len(mixed) == 1 and mixed[0].startswith("1 matched point(s)") and "B: rotating_graph" in mixed[0], mixed
+    same = compare.build_comparison(*pr.load_many([a, a]))
+    assert not [w for w in same["warnings"] if "different methods" in w]
+
+
 def test_same_within_moves_the_band(scenario_files):
     results, errors = pr.load_many(scenario_files)
     point = SCENARIOS["same_significant_small"][0]

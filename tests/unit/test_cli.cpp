@@ -97,6 +97,7 @@ TEST(Cli, RunBadInputs) {
            {"run --backend=cpu --ops decode_linear --dtype fp99", "unknown dtype"},
            {"run --backend=cpu --ops nothing", "unknown group 'nothing'"},
            {"run --backend=cpu --cache lukewarm", "--cache must be cold or hot"},
+           {"run --backend=cpu --cold-timing twice", "--cold-timing must be rotate or single, got 'twice'"},
            {"run --backend=cpu --ops kv_append --append-batches 1 --out /proc/nope/r.json", "cannot create the results folder"},
            {"overhead --backend=cpu --rounds 0", "--reps and --rounds must be at least 1"},
            {"run --backend=cpu --max-noise abc", "--max-noise takes a percentage above 0 (e.g. 0.5 or 0.5%) or off, got 'abc'"},

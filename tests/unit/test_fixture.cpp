@@ -50,14 +50,19 @@ class FakeBackend : public Backend {
     last = op.get();
     return op;
   }
-  Sample time(PreparedOp& op, const TimingOptions&) override {
+  Sample time(PreparedOp& op, const TimingOptions& opts) override {
     op.run();
+    last_cold_timing = opts.cold_timing;
     const auto i = static_cast<std::size_t>(timed++);
     // Scripted samples and clocks, in turn (the last one repeats), else `seconds`.
-    Sample s{script.empty() ? seconds : script[std::min(i, script.size() - 1)], 1, std::nullopt};
+    Sample s = how;
+    s.seconds = script.empty() ? seconds : script[std::min(i, script.size() - 1)];
     if (!clock_script.empty()) s.sm_mhz = clock_script[std::min(i, clock_script.size() - 1)];
     return s;
   }
+  // Groups of samples: counted, and each ends with the scripted window.
+  void begin_sample_group() override { ++groups; }
+  std::optional<ThrottleWindow> end_sample_group() override { return window; }
   // A fake energy counter: joules_per_run for every run() of the last prepared op.
   EnergyReading energy() override {
     if (!joules_per_run) return {false, 0, "not available: the fake has no counter"};
@@ -78,6 +83,10 @@ class FakeBackend : public Backend {
   double seconds = 1e-3;  // what every sample takes
   std::vector<double> script, clock_script;
   std::optional<double> joules_per_run;
+  Sample how;  // method, runs, rotating bytes of every sample
+  std::optional<ColdTiming> last_cold_timing;
+  int groups = 0;
+  std::optional<ThrottleWindow> window;
 
  private:
   DeviceInfo info_;
@@ -351,6 +360,80 @@ TEST_F(FixtureTest, SamplesAtALowClockAreSetAsideAndRetaken) {
   const auto j = ctx->point_json("free/linear/test4");
   EXPECT_EQ(j.at("clock_check").at("rejected_samples"), 2);
   EXPECT_DOUBLE_EQ(j.at("clock_check").at("run_max_sm_mhz").get<double>(), 1980);
+}
+
+TEST_F(FixtureTest, HowSamplesWereTimedIsInTheResults) {
+  backend.how.method = "rotating_graph";
+  backend.how.runs = 16;
+  backend.how.rotating_bytes = 16 * 12000;
+  run_points({point(4)});
+  auto j = ctx->point_json("free/linear/test4");
+  EXPECT_EQ(j.at("time").at("method"), "rotating_graph");
+  EXPECT_EQ(j.at("time").at("rotating_copies"), 16);
+  EXPECT_EQ(j.at("time").at("rotating_bytes"), 16 * 12000);
+  EXPECT_EQ(j.at("time").at("runs_per_sample"), 16);
+  EXPECT_FALSE(j.at("time").contains("why_single"));
+  EXPECT_EQ(backend.last_cold_timing, ColdTiming::rotate);  // the default reaches the backend
+  auto doc_of = [](const nlohmann::json& pj) {
+    return nlohmann::json{{"context", {{"phasebench", {{"schema_version", 3}}}}},
+                          {"benchmarks", {{{"name", "p"}, {"run_name", "p"}, {"run_type", "iteration"}, {"phasebench", pj}}}}};
+  };
+  const auto summary = summarize(doc_of(j));
+  EXPECT_NE(summary.find("timing: 1 rotating_graph (16-16 copies, time / copies)"), std::string::npos) << summary;
+
+  RunOptions single;
+  single.cold_timing = ColdTiming::single;
+  ctx = std::make_unique<BenchContext>(backend, single);
+  backend.how = Sample{};
+  backend.how.why_single = "--cold-timing single";
+  run_points({point(5)});
+  j = ctx->point_json("free/linear/test5");
+  EXPECT_EQ(j.at("time").at("method"), "single");
+  EXPECT_FALSE(j.at("time").contains("rotating_copies"));
+  EXPECT_EQ(j.at("time").at("why_single"), "--cold-timing single");
+  EXPECT_EQ(backend.last_cold_timing, ColdTiming::single);
+}
+
+TEST_F(FixtureTest, ThrottledOnlyWhenALimiterHeldTheClocksDown) {
+  // The power limiter held the clocks for half the window but they stayed at
+  // the run's highest: reported, not flagged (routine under heavy GEMMs).
+  backend.clock_script = {1980};
+  ThrottleWindow w;
+  w.window_s = 0.2;
+  w.counters = true;
+  w.held_s = {{"power", 0.1}, {"thermal", 0.0}};
+  w.sm_mhz_min = 1960;
+  w.sm_mhz_max = 1980;
+  w.clock_source = "nvml_samples";
+  backend.window = w;
+  run_points({point(4)});
+  auto j = ctx->point_json("free/linear/test4");
+  EXPECT_GE(backend.groups, 1);
+  EXPECT_FALSE(j.at("throttled").get<bool>());
+  EXPECT_FALSE(j.at("throttle").at("flagged").get<bool>());
+  EXPECT_NE(j.at("throttle").at("why").get<std::string>().find("not flagged"), std::string::npos) << j.at("throttle");
+  EXPECT_DOUBLE_EQ(j.at("throttle").at("held_s").at("power").get<double>(), 0.1 * backend.groups);
+  EXPECT_EQ(j.at("throttle").at("clock_source"), "nvml_samples");
+
+  // Thermal slowdown and clocks that fell to 1500 MHz: flagged.
+  w.held_s = {{"power", 0.0}, {"thermal", 0.05}};
+  w.sm_mhz_min = 1500;
+  backend.window = w;
+  run_points({point(5)});
+  j = ctx->point_json("free/linear/test5");
+  EXPECT_TRUE(j.at("throttled").get<bool>()) << j.at("throttle");
+  EXPECT_NE(j.at("throttle").at("why").get<std::string>().find("thermal"), std::string::npos) << j.at("throttle");
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 3}}}}},
+                        {"benchmarks", {{{"name", "p"}, {"run_name", "p"}, {"run_type", "iteration"}, {"phasebench", j}}}}};
+  EXPECT_NE(summarize(doc).find("throttled: 1 points ran with clocks a limiter held down"), std::string::npos)
+      << summarize(doc);
+
+  // A backend that cannot tell (the CPU, the emulation): no block, not throttled.
+  backend.window.reset();
+  run_points({point(6)});
+  j = ctx->point_json("free/linear/test6");
+  EXPECT_FALSE(j.at("throttled").get<bool>());
+  EXPECT_FALSE(j.contains("throttle"));
 }
 
 TEST_F(FixtureTest, EnergyComesFromTheCounterAroundBackToBackRuns) {

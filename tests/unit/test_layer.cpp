@@ -104,7 +104,9 @@ class FakeBackend : public Backend {
     return op;
   }
   Sample time(PreparedOp& op, const TimingOptions&) override {
-    return {kind_of_[&op] == kLayer ? 1e-3 : 2e-4, 1, std::nullopt};
+    Sample s;
+    s.seconds = kind_of_[&op] == kLayer ? 1e-3 : 2e-4;
+    return s;
   }
   void synchronize() override {}
   void profile(PreparedOp&, const std::string&) override {}

@@ -1,0 +1,99 @@
+// Rotating copies of one op in one CUDA graph (rotating_graph.hpp): the cold
+// timing of short launches, with every copy's output checked after a replay.
+#include "cuda/rotating_graph.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "cuda/cuda_op.hpp"
+#include "phasebench/error.hpp"
+
+namespace phasebench::cuda {
+
+namespace {
+
+// The op's output, or nothing when it does not hand it out.
+std::optional<std::vector<float>> output_of(PreparedOp& op) {
+  try {
+    return op.output_values();
+  } catch (const std::logic_error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+RotatingGraph::RotatingGraph(Context& ctx, const OpRequest& r, PreparedOp& first, std::uint64_t copies) {
+  if (copies < 2) throw std::logic_error("RotatingGraph: needs at least two copies");
+  // What the verified op computes, before anything is captured.
+  first.run();
+  PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  const auto verified = output_of(first);
+  for (std::uint64_t i = 1; i < copies; ++i) extra_.push_back(make_op(ctx, r));
+  PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+
+  cudaGraph_t graph = nullptr;
+  PB_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+  std::string problem;
+  try {
+    first.run();
+    for (auto& op : extra_) op->run();
+  } catch (const std::exception& e) {
+    problem = std::string("stream capture failed: ") + e.what();
+  }
+  // Always end the capture, so the stream is usable whatever happened.
+  const cudaError_t end = cudaStreamEndCapture(ctx.stream, &graph);
+  if (problem.empty() && end != cudaSuccess)
+    problem = std::string("cudaStreamEndCapture failed: ") + cudaGetErrorName(end) + " (" + cudaGetErrorString(end) + ")";
+  if (problem.empty()) {
+    const cudaError_t inst = cudaGraphInstantiate(&exec_, graph, 0);
+    if (inst != cudaSuccess) {
+      exec_ = nullptr;
+      problem = std::string("cudaGraphInstantiate failed: ") + cudaGetErrorName(inst) + " (" + cudaGetErrorString(inst) + ")";
+    }
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (!problem.empty()) {
+    cudaGetLastError();  // a failed capture leaves a (non-sticky) error behind
+    throw Unsupported(problem);
+  }
+  PB_CUDA_CHECK(cudaGraphUpload(exec_, ctx.stream));
+  launch(ctx.stream);  // the replay that is checked, and the graph's own warm-up
+  PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  if (verified) check(first, *verified);
+}
+
+RotatingGraph::~RotatingGraph() {
+  if (exec_) cudaGraphExecDestroy(exec_);  // before the copies it points into
+}
+
+void RotatingGraph::launch(cudaStream_t stream) { PB_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
+
+void RotatingGraph::check(PreparedOp& first, const std::vector<float>& verified) {
+  float scale = 0;
+  for (float v : verified) scale = std::max(scale, std::fabs(v));
+  // The copies hold the same inputs (one request, one seed); only the order of
+  // fp32 atomics (split-K, stream-K) may differ between them.
+  auto compare = [&](PreparedOp& op, std::uint64_t index) {
+    const auto got = output_of(op);
+    if (!got) return;
+    if (got->size() != verified.size())
+      throw VerificationError("rotating copy " + std::to_string(index) + ": output size differs");
+    for (std::size_t i = 0; i < got->size(); ++i) {
+      const float a = (*got)[i], b = verified[i];
+      const bool ok = (std::isnan(a) && std::isnan(b)) || std::fabs(a - b) <= 1e-2f * std::fabs(b) + 1e-3f * scale;
+      if (!ok) {
+        std::ostringstream m;
+        m << "rotating copy " << index << " of " << copies() << " computed " << a << " at element " << i << " where the "
+          << "verified op computed " << b << ": the timing graph did not run what was verified";
+        throw VerificationError(m.str());
+      }
+    }
+  };
+  compare(first, 1);
+  for (std::size_t i = 0; i < extra_.size(); ++i) compare(*extra_[i], i + 2);
+  checked_ = true;
+}
+
+}  // namespace phasebench::cuda
