@@ -201,14 +201,14 @@ def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, 
                         ", ".join(f"{lab}: {r.pb.get('cache')}" for lab, r in zip(labels, results)) + ")")
     # Cold GPU points timed by different methods (a rotating graph over copies of
     # the data vs single launches) differ by the fixed launch cost, not the kernel.
-    def method(p):
+    def timed_by(p):
         return (p.time or {}).get("method", "single")
     mixed = [k for k in keys
-             if len({method(p) for p in m.table[k] if p is not None and p.time}) > 1]
+             if len({timed_by(p) for p in m.table[k] if p is not None and p.time}) > 1]
     if mixed:
         first = next(p for p in m.table[mixed[0]] if p is not None and p.time)
         warnings.append(f"{len(mixed)} matched point(s) were timed by different methods, e.g. {first.name}: " +
-                        ", ".join(f"{lab}: {method(p)}" for lab, p in zip(labels, m.table[mixed[0]])
+                        ", ".join(f"{lab}: {timed_by(p)}" for lab, p in zip(labels, m.table[mixed[0]])
                                   if p is not None and p.time) +
                         "; a rotating graph leaves out the fixed launch cost a single launch pays "
                         "(phasebench run --cold-timing)")
