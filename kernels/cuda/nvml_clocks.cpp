@@ -263,7 +263,8 @@ nlohmann::json NvmlClocks::to_json(const ClockReading& r) {
   nlohmann::json j = {{"sm_mhz", r.sm_mhz}, {"memory_mhz", r.memory_mhz}};
   if (r.reasons_ok) {
     j["reasons"] = reason_names(r.reasons);
-    j["throttled"] = is_throttling(r.reasons);
+    // The reason bits at this instant, not the point's verdict (its "throttle" block).
+    j["slowdown_reason"] = is_throttling(r.reasons);
   } else {
     j["reasons"] = "unavailable";
   }

@@ -65,7 +65,7 @@ class NvmlClocks {
   // sync boost or the clock settings.
   static bool is_throttling(std::uint64_t reasons);
   static nlohmann::json reason_names(std::uint64_t reasons);
-  // {"sm_mhz":..,"memory_mhz":..,"reasons":[..]} or {"error":"clocks unavailable: ..."}
+  // {"sm_mhz":..,"memory_mhz":..,"reasons":[..],"slowdown_reason":bool} or {"error":"clocks unavailable: ..."}
   static nlohmann::json to_json(const ClockReading& r);
 
  private:
