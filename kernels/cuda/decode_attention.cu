@@ -386,8 +386,10 @@ __device__ __forceinline__ unsigned pack2(Fp16Tag, float lo, float hi) {
   return u;
 }
 
+// minBlocks 2 caps nothing (255 registers) but keeps ptxas from squeezing head_dim 64 paged
+// into 64 registers with spills.
 template <class Tag, int D, class KV, bool F8>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     decode_attention_mma_kernel(const std::uint16_t* __restrict__ q, std::uint16_t* __restrict__ out,
                                 const void* __restrict__ kc, const void* __restrict__ vc, KV kv,
                                 const float* __restrict__ kv_scales, float* __restrict__ part, int Hq, int Hkv, int G,
@@ -457,20 +459,22 @@ __global__ void __launch_bounds__(kThreads)
   // A tile never crosses a page: it starts at a multiple of 16 and pages are multiples of 16.
   auto issue = [&](int j) {
     const int tb = t0 + (warp + j * kWarps) * T;
-    const std::size_t base = kv.row(b, kvh, tb);  // element offset of token tb; the tile's rows follow
     constexpr int kEB = F8 ? 1 : 2;
     constexpr int VPR = D * kEB / 16;  // 16-byte vectors per token row
     constexpr int ROW = F8 ? D : LD * 2;  // shared bytes per token row
+    const std::size_t base = kv.row(b, kvh, tb) * kEB;  // byte offset of token tb; the tile's rows follow
+    const unsigned char* ksrc = static_cast<const unsigned char*>(kc) + base;
+    const unsigned char* vsrc = static_cast<const unsigned char*>(vc) + base;
     const unsigned dk = stage_k(j & 1), dv = stage_v(j & 1);
 #pragma unroll
     for (int it = 0; it < T * VPR / 32; ++it) {
       const int i = it * 32 + lane;
       const int r = i / VPR, c = i % VPR;
       const bool in = tb + r < t1;
-      const std::size_t off = (base + static_cast<std::size_t>(in ? r : 0) * D) * kEB + static_cast<std::size_t>(c) * 16;
+      const int off = (in ? r : 0) * D * kEB + c * 16;  // rows past t1 read nothing (zero-filled)
       const unsigned so = static_cast<unsigned>(r * ROW + c * 16);
-      cp_async_16(dk + so, static_cast<const unsigned char*>(kc) + off, in ? 16 : 0);
-      cp_async_16(dv + so, static_cast<const unsigned char*>(vc) + off, in ? 16 : 0);
+      cp_async_16(dk + so, ksrc + off, in ? 16 : 0);
+      cp_async_16(dv + so, vsrc + off, in ? 16 : 0);
     }
     cp_async_commit();
   };
