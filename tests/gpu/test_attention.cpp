@@ -344,6 +344,17 @@ INSTANTIATE_TEST_SUITE_P(
                       StepsCase{DType::bf16, 4, 64, 8, 1000, 64, 3, "lognormal:1.5", 16, 0, true},  // fp8
                       StepsCase{DType::fp16, 2, 16, 4, 300, 128, 4, "lognormal:1", 48, 0, true}));  // fp8, G=4
 
+TEST_F(DecodeAttentionMisc, OccupancyIsTheLaunchedKernels) {
+  // 8 rows per CTA run the tensor-core kernel, whose dynamic shared memory (37 KiB at
+  // head_dim 64, 133 KiB at 256) bounds its CTAs per SM; the split planner must see that,
+  // not the occupancy of the CUDA-core kernel (a little static shared memory at every head_dim).
+  const int d64 = cuda::decode_attention_ctas_per_sm(DType::bf16, 64, 8, false);
+  const int d256 = cuda::decode_attention_ctas_per_sm(DType::bf16, 256, 8, false);
+  EXPECT_EQ(d256, 1);
+  EXPECT_GT(d64, d256);
+  EXPECT_EQ(cuda::decode_attention_ctas_per_sm(DType::fp16, 256, 16, true, true), 1);  // two chunks of 8, fp8
+}
+
 TEST_F(DecodeAttentionMisc, GroupOf8WrongOutputIsCaught) {
   // The tensor-core kernel's output (70B heads, split and not, paged fp8 and contiguous) is checked.
   for (const bool paged : {false, true}) {
