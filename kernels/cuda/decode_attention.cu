@@ -890,6 +890,10 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
   const int G = p.Hq / p.Hkv;
   const int GT = decode_heads_per_cta(p.S * G);
   const int chunks = decode_head_chunks(p.S * G);
+  // The tensor-core kernel's 16-token tiles start at multiples of 16 and must not cross a page
+  // (pages are multiples of 16): chunks of whole tiles (plan_decode_splits aligns them to the page).
+  if (GT == 8 && paged && chunk % 16 != 0)
+    throw std::logic_error("decode attention: paged chunks of 8-row CTAs must be a multiple of 16 tokens");
   const float qscale = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(p.D)));
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.Hkv * chunks), static_cast<unsigned>(p.B));
   const auto* q = static_cast<const std::uint16_t*>(p.q);
