@@ -1,8 +1,10 @@
-// Decode attention on CUDA (decode_attention.hpp): the split-KV kernel over a
-// contiguous or paged cache, its reduction, the split plan, and the operation
+// Decode attention on CUDA (decode_attention.hpp): the split-KV kernels over a
+// contiguous or paged cache, their reduction, the split plan, and the operation
 // (kinds decode_attention and decode_attention_paged) verified against the CPU reference.
 // A CTA walks one chunk of one sequence's context for up to 8 query rows of a KV
-// head (its GQA heads times the step's new tokens). When the batch's CTAs do not
+// head (its GQA heads times the step's new tokens): 8 rows (G = 8 or 16, and
+// multi-token steps with S*G >= 8) on tensor cores (decode_attention_mma_kernel),
+// 1, 2 or 4 rows with CUDA-core dot products (decode_attention_kernel). When the batch's CTAs do not
 // fill a wave, the context is split into chunks of at least 64 tokens, as many
 // as make the grid sit just under a whole number of waves; a second kernel then
 // merges each row's splits, all its threads sharing the splits.
@@ -284,6 +286,369 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- tensor-core kernel for 8 query rows per CTA (GQA groups of 8, multi-token steps) ----
+//
+// decode_attention_mma_kernel computes what decode_attention_kernel computes for GT = 8
+// (the same grid, masking and split partials), with QK^T and PV on tensor cores
+// (mma.sync m16n8k16, fp32 accumulate) and the CTA's 8 query rows as the N = 8 side:
+//   S^T [16 tokens x 8 rows] = K tile [16 x D] . Q^T [D x 8]   (K as A by ldmatrix, Q^T as B
+//                                                              from registers, loaded once)
+//   O^T [D x 8] += V^T [D x 16 tokens] . P^T [16 tokens x 8]   (V^T as A by ldmatrix.trans)
+// Each of the 4 warps walks its own 16-token tiles of the chunk (tiles w, w + 4, ...) with
+// its own two-stage cp.async pipeline (tile j + 1 in flight while tile j is computed; a
+// warp waits for its own copies and orders them with __syncwarp, no CTA barrier in the
+// loop). An fp8 cache is copied raw and dequantised to the 16-bit type in shared memory
+// (exact: e4m3 values are bf16/fp16 values), its scales applied outside as before.
+// The accumulator of S^T holds (token g / g + 8, rows 2t, 2t + 1) per lane (g = lane / 4,
+// t = lane % 4), while P^T as the B operand wants (tokens 2t, 2t + 1 / + 8, row g): P is
+// staged through a 256-byte tile per warp (two 4-byte stores and one ldmatrix.x2.trans),
+// cheaper than the 4 shuffles plus selects and packing of a register transpose. The online
+// softmax runs per row (per accumulator column) with 3 shuffles across the 8 lanes of a
+// column; the warps' (m, l, O) are merged in shared memory at the end.
+// ptxas -v (CUDA 13), registers, no spills anywhere; dynamic shared memory (16-bit / fp8 cache):
+//   head_dim  64: sm_80 89-91,   sm_90 91-96,   37.0 / 35.0 KiB
+//   head_dim 128: sm_80 126-132, sm_90 133-139, 69.0 / 67.0 KiB  (3 CTAs per H200 SM, 2 per A100 SM)
+//   head_dim 256: sm_80 147-179, sm_90 158-185, 133.0 / 131.0 KiB (1 CTA per SM)
+// (the CUDA-core kernel at 8 rows took 216-255 registers, 2 CTAs per SM, 2 tokens in flight per lane group).
+template <int D, bool F8>
+struct MmaConfig {
+  static constexpr int kTile = 16;    // tokens per warp tile (the M of S^T)
+  static constexpr int LD = D + 8;    // 16-bit elements per shared row: ldmatrix phases conflict-free
+  static constexpr std::size_t tile = std::size_t(kTile) * LD * 2;  // one K or V tile, 16-bit
+  static constexpr std::size_t raw = std::size_t(kTile) * D;         // one fp8 K or V tile
+  static constexpr std::size_t p_tile = kTile * 8 * 2;              // P^T [16 tokens][8 rows], 16-bit
+  // Per warp, 16-bit cache: K0 V0 K1 V1 P; fp8: K V (dequantised) rawK0 rawV0 rawK1 rawV1 P.
+  static constexpr std::size_t warp_bytes = F8 ? 2 * tile + 4 * raw + p_tile : 4 * tile + p_tile;
+  static constexpr int DP = D + 4;  // floats per row of the warps' O in the final merge (reuses the tiles)
+  static constexpr std::size_t merge_bytes = std::size_t(kWarps) * 8 * DP * 4;
+  static constexpr std::size_t smem = warp_bytes * kWarps > merge_bytes ? warp_bytes * kWarps : merge_bytes;
+  static_assert(tile % 16 == 0 && raw % 16 == 0 && warp_bytes % 16 == 0, "16-byte aligned regions");
+};
+
+// ---- inline PTX, one instruction per helper (emulated in kernels/cuda_emu) ----------
+// Copies of prefill_attention.cu's helpers: cu2emu rewrites asm only in this directory's .cu files.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 matrices of 16-bit elements; lane 8i+j gives the address of row j of matrix i.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_row));
+}
+
+// The same, each matrix transposed.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_row));
+}
+
+// Two transposed 8x8 matrices (lanes 0-15 give the row addresses).
+__device__ __forceinline__ void ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(smem_row));
+}
+
+// 16 bytes global -> shared, of which the first src_bytes (16 or 0) are read and the rest zero-filled.
+__device__ __forceinline__ void cp_async_16(unsigned smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// c += a b (m16n8k16, fp32 accumulate).
+__device__ __forceinline__ void mma_16816(Bf16Tag, float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_16816(Fp16Tag, float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats to a 16-bit pair (lo in the low half), rounded to nearest even.
+__device__ __forceinline__ unsigned pack2(Bf16Tag, float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  unsigned u;
+  memcpy(&u, &h, sizeof u);
+  return u;
+}
+__device__ __forceinline__ unsigned pack2(Fp16Tag, float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  unsigned u;
+  memcpy(&u, &h, sizeof u);
+  return u;
+}
+
+// minBlocks 2 caps nothing (255 registers) but keeps ptxas from squeezing head_dim 64 paged
+// into 64 registers with spills.
+template <class Tag, int D, class KV, bool F8>
+__global__ void __launch_bounds__(kThreads, 2)
+    decode_attention_mma_kernel(const std::uint16_t* __restrict__ q, std::uint16_t* __restrict__ out,
+                                const void* __restrict__ kc, const void* __restrict__ vc, KV kv,
+                                const float* __restrict__ kv_scales, float* __restrict__ part, int Hq, int Hkv, int G,
+                                int L, int S, const int* __restrict__ lengths, int chunk, int splits, float qscale) {
+  using C = MmaConfig<D, F8>;
+  constexpr int GT = 8, LD = C::LD, T = C::kTile;
+  constexpr int KD = D / 16;  // k-steps of S^T, m-tiles of O^T
+  constexpr float kNegInf = -INFINITY;
+  extern __shared__ __align__(128) unsigned char mma_smem[];  // named apart from the reduce kernel's float array
+
+  const int split = blockIdx.x;
+  const int kvh = blockIdx.y % Hkv;
+  const int hchunk = blockIdx.y / Hkv;
+  const int b = blockIdx.z;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;  // the fragments' groupID and threadID_in_group
+  const int len = lengths ? __ldg(lengths + b) : L;
+  const int t0 = split * chunk;
+  const int t1 = min(len, t0 + chunk);  // <= t0 for the splits past a short sequence's end: no tiles
+  const int g0 = hchunk * GT;
+  const int R = S * G;
+  if constexpr (F8) qscale *= __ldg(kv_scales + kvh);
+
+  // Q^T as the B operand: lane (g, t) holds row g's elements 16kk + 2t, +1 (b0) and
+  // 16kk + 8 + 2t, +1 (b1); rows past R are zero (computed, never stored).
+  unsigned qb[KD][2];
+  {
+    const int r = g0 + g;
+    if (r < R) {
+      const std::uint16_t* qrow = q + (static_cast<std::size_t>(b * S + r / G) * Hq + kvh * G + r % G) * D + 2 * t;
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk) {
+        qb[kk][0] = __ldg(reinterpret_cast<const unsigned*>(qrow + kk * 16));
+        qb[kk][1] = __ldg(reinterpret_cast<const unsigned*>(qrow + kk * 16 + 8));
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk) qb[kk][0] = qb[kk][1] = 0u;
+    }
+  }
+  // This lane's accumulator columns are rows 2t and 2t + 1: tokens at or past lim are masked
+  // (the chunk's end, and the row's causal limit len - S + 1 + r / G).
+  int lim[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = min(g0 + 2 * t + i, R - 1);
+    lim[i] = min(t1, len - S + 1 + r / G);
+  }
+
+  // This warp's tiles: w, w + kWarps, ... of the chunk's ceil((t1 - t0) / 16).
+  const int n_tiles = t1 > t0 ? (t1 - t0 + T - 1) / T : 0;
+  const int n_mine = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
+  unsigned char* wsm = mma_smem + warp * C::warp_bytes;
+  const unsigned ws = smem_addr(wsm);
+  // 16-bit: stage s's K at ws + 2s tile, V at + (2s + 1) tile. fp8: dequantised K, V first.
+  const unsigned conv = ws;
+  const unsigned raw0 = ws + static_cast<unsigned>(2 * C::tile);
+  const unsigned p_s = ws + static_cast<unsigned>(C::warp_bytes - C::p_tile);
+  auto stage_k = [&](int s) -> unsigned {
+    return F8 ? raw0 + static_cast<unsigned>(2 * s * C::raw) : ws + static_cast<unsigned>(2 * s * C::tile);
+  };
+  auto stage_v = [&](int s) -> unsigned {
+    return F8 ? raw0 + static_cast<unsigned>((2 * s + 1) * C::raw) : ws + static_cast<unsigned>((2 * s + 1) * C::tile);
+  };
+  // Issue tile j of this warp into stage j & 1 (tokens past t1 zero-filled) and commit.
+  // A tile never crosses a page: it starts at a multiple of 16 and pages are multiples of 16.
+  auto issue = [&](int j) {
+    const int tb = t0 + (warp + j * kWarps) * T;
+    constexpr int kEB = F8 ? 1 : 2;
+    constexpr int VPR = D * kEB / 16;  // 16-byte vectors per token row
+    constexpr int ROW = F8 ? D : LD * 2;  // shared bytes per token row
+    const std::size_t base = kv.row(b, kvh, tb) * kEB;  // byte offset of token tb; the tile's rows follow
+    const unsigned char* ksrc = static_cast<const unsigned char*>(kc) + base;
+    const unsigned char* vsrc = static_cast<const unsigned char*>(vc) + base;
+    const unsigned dk = stage_k(j & 1), dv = stage_v(j & 1);
+#pragma unroll
+    for (int it = 0; it < T * VPR / 32; ++it) {
+      const int i = it * 32 + lane;
+      const int r = i / VPR, c = i % VPR;
+      const bool in = tb + r < t1;
+      const int off = (in ? r : 0) * D * kEB + c * 16;  // rows past t1 read nothing (zero-filled)
+      const unsigned so = static_cast<unsigned>(r * ROW + c * 16);
+      cp_async_16(dk + so, ksrc + off, in ? 16 : 0);
+      cp_async_16(dv + so, vsrc + off, in ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+
+  float o[KD][4];
+#pragma unroll
+  for (int mt = 0; mt < KD; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};  // l: this lane's share of the row sums
+
+  // ldmatrix row addresses of this lane (matrix i = lane / 8, row j = lane % 8), as offsets:
+  // K (A): tokens 0-15, d 0/8; V^T (A, .trans of V): tokens (lane & 7) + 8 (lane / 16), d 0/8.
+  const unsigned k_off = static_cast<unsigned>(((lane & 15) * LD + (lane >> 4) * 8) * 2);
+  const unsigned v_off = static_cast<unsigned>((((lane & 7) + (lane >> 4) * 8) * LD + ((lane >> 3) & 1) * 8) * 2);
+
+  if (n_mine > 0) issue(0);
+  for (int j = 0; j < n_mine; ++j) {
+    if (j + 1 < n_mine)
+      issue(j + 1);
+    else
+      cp_async_commit();  // an empty group: the wait below always leaves exactly one group pending
+    cp_async_wait<1>();   // tile j landed (this lane's copies) ...
+    __syncwarp();         // ... and the whole warp's
+    const int tb = t0 + (warp + j * kWarps) * T;
+    unsigned ks, vs;
+    if constexpr (F8) {
+      // Dequantise the raw tiles (8 elements per step) into the 16-bit K and V tiles.
+      const unsigned char* rk = wsm + (stage_k(j & 1) - ws);
+      const unsigned char* rv = wsm + (stage_v(j & 1) - ws);
+#pragma unroll
+      for (int it = 0; it < T * D / 8 / 32; ++it) {
+        const int i = it * 32 + lane;
+        const int r = i / (D / 8), c = i % (D / 8);
+        const uint2 uk = *reinterpret_cast<const uint2*>(rk + r * D + c * 8);
+        const uint2 uv = *reinterpret_cast<const uint2*>(rv + r * D + c * 8);
+        float fk[8], fv[8];
+        unpack8_fp8(uk, fk);
+        unpack8_fp8(uv, fv);
+        const uint4 pk = make_uint4(pack2(Tag{}, fk[0], fk[1]), pack2(Tag{}, fk[2], fk[3]), pack2(Tag{}, fk[4], fk[5]),
+                                    pack2(Tag{}, fk[6], fk[7]));
+        const uint4 pv = make_uint4(pack2(Tag{}, fv[0], fv[1]), pack2(Tag{}, fv[2], fv[3]), pack2(Tag{}, fv[4], fv[5]),
+                                    pack2(Tag{}, fv[6], fv[7]));
+        *reinterpret_cast<uint4*>(wsm + (r * LD + c * 8) * 2) = pk;
+        *reinterpret_cast<uint4*>(wsm + C::tile + (r * LD + c * 8) * 2) = pv;
+      }
+      __syncwarp();
+      ks = conv;
+      vs = conv + static_cast<unsigned>(C::tile);
+    } else {
+      ks = stage_k(j & 1);
+      vs = stage_v(j & 1);
+    }
+
+    // S^T = K Q^T, scaled to the log2 domain.
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      unsigned a[4];
+      ldmatrix_x4(a, ks + k_off + kk * 32);
+      mma_16816(Tag{}, s, a, qb[kk][0], qb[kk][1]);
+    }
+    // s[0]: (token tb + g, row 2t), s[1]: (tb + g, 2t + 1), s[2], s[3]: token tb + g + 8.
+    const int ta = tb + g, tbb = ta + 8;
+    s[0] = ta < lim[0] ? s[0] * qscale : kNegInf;
+    s[1] = ta < lim[1] ? s[1] * qscale : kNegInf;
+    s[2] = tbb < lim[0] ? s[2] * qscale : kNegInf;
+    s[3] = tbb < lim[1] ? s[3] * qscale : kNegInf;
+
+    // Online softmax per row: the tile's max over the 8 lanes of a column (the g's).
+    float mx[2] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3])};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 4));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 8));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 16));
+      mx[i] = fmaxf(mx[i], m[i]);
+    }
+    // A row with no valid token yet keeps a zero base, so exp2 never sees -inf - -inf.
+    const float base0 = mx[0] == kNegInf ? 0.f : mx[0];
+    const float base1 = mx[1] == kNegInf ? 0.f : mx[1];
+    const float alpha0 = exp2f(m[0] - base0), alpha1 = exp2f(m[1] - base1);  // 0 while the old max is -inf
+    m[0] = mx[0];
+    m[1] = mx[1];
+    const float p0 = exp2f(s[0] - base0), p1 = exp2f(s[1] - base1);
+    const float p2 = exp2f(s[2] - base0), p3 = exp2f(s[3] - base1);
+    l[0] = l[0] * alpha0 + p0 + p2;
+    l[1] = l[1] * alpha1 + p1 + p3;
+#pragma unroll
+    for (int mt = 0; mt < KD; ++mt) {
+      o[mt][0] *= alpha0;
+      o[mt][1] *= alpha1;
+      o[mt][2] *= alpha0;
+      o[mt][3] *= alpha1;
+    }
+
+    // P^T through shared memory: [16 tokens][8 rows] 16-bit, then B fragments by ldmatrix.x2.trans.
+    *reinterpret_cast<unsigned*>(wsm + (C::warp_bytes - C::p_tile) + g * 16 + t * 4) = pack2(Tag{}, p0, p1);
+    *reinterpret_cast<unsigned*>(wsm + (C::warp_bytes - C::p_tile) + (g + 8) * 16 + t * 4) = pack2(Tag{}, p2, p3);
+    __syncwarp();
+    unsigned pb0, pb1;
+    ldmatrix_x2_trans(pb0, pb1, p_s + static_cast<unsigned>((lane & 15) * 16));
+
+    // O^T += V^T P^T: m-tile mt is d 16mt .. 16mt + 15.
+#pragma unroll
+    for (int mt = 0; mt < KD; ++mt) {
+      unsigned a[4];
+      ldmatrix_x4_trans(a, vs + v_off + mt * 32);
+      mma_16816(Tag{}, o[mt], a, pb0, pb1);
+    }
+    __syncwarp();  // the warp is done with stage j & 1 (and P) before they are written again
+  }
+  cp_async_wait<0>();
+
+  // The row sums over the column's 8 lanes.
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 4);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 8);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 16);
+  }
+
+  // Merge the warps through shared memory (the tiles' space, once every warp is done with it).
+  __shared__ float sm_m[kWarps][GT];
+  __shared__ float sm_l[kWarps][GT];
+  __syncthreads();
+  float* sm_o = reinterpret_cast<float*>(mma_smem);  // [kWarps][GT][DP]
+  if (g == 0) {
+    sm_m[warp][2 * t] = m[0];
+    sm_m[warp][2 * t + 1] = m[1];
+    sm_l[warp][2 * t] = l[0];
+    sm_l[warp][2 * t + 1] = l[1];
+  }
+#pragma unroll
+  for (int mt = 0; mt < KD; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int d = mt * 16 + g + (i >> 1) * 8, row = 2 * t + (i & 1);
+      sm_o[(warp * GT + row) * C::DP + d] = o[mt][i];
+    }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < GT * D; idx += kThreads) {
+    const int gr = idx / D;
+    const int d = idx % D;
+    if (g0 + gr >= R) continue;
+    float M = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w][gr]);
+    float Ls = 0.f, A = 0.f;
+    if (M != kNegInf) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(sm_m[w][gr] - M);
+        Ls += sm_l[w][gr] * f;
+        A += sm_o[(w * GT + gr) * C::DP + d] * f;
+      }
+    }
+    const int r = g0 + gr;
+    const std::size_t row = static_cast<std::size_t>(b * S + r / G) * Hq + kvh * G + r % G;
+    const float vscale = F8 ? __ldg(kv_scales + Hkv + kvh) : 1.f;
+    const float ov = Ls > 0.f ? A / Ls * vscale : 0.f;
+    if (splits == 1) {
+      out[row * D + d] = encode<Tag>(ov);
+    } else {
+      float* po = part + (row * splits + split) * (D + 1);
+      po[1 + d] = ov;
+      if (d == 0) po[0] = Ls > 0.f ? M + log2f(Ls) : kNegInf;  // log2-sum-exp2 of this split's scores
+    }
+  }
+}
+
 // Combine the splits of one (query token, query head) row:
 // out = sum_i 2^(lse_i - M) o_i / sum_i 2^(lse_i - M), M the largest lse.
 // All of a CTA's threads share the work: the max and the weights over the
@@ -383,9 +748,20 @@ void dispatch(DType dtype, int D, int GT, bool paged, bool kv_fp8, F&& f) {
   }
 }
 
-template <int GT>
-constexpr int tokens_per_step() {
-  return GT >= 8 ? 2 : 4;  // fewer tokens in flight per lane when 8 heads' state lives in registers
+// Tokens each lane group of the CUDA-core kernel loads before it uses any (GT < 8;
+// GT = 8 runs the tensor-core kernel).
+constexpr int kTokensPerStep = 4;
+
+// The tensor-core kernel's dynamic shared memory (above 48 KiB for head_dim 128 and
+// 256) is allowed once per instantiation.
+template <class Tag, int D, class KV, bool F8>
+void allow_mma_smem() {
+  static bool done = false;
+  if (done) return;
+  PB_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_mma_kernel<Tag, D, KV, F8>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(MmaConfig<D, F8>::smem)));
+  done = true;
 }
 
 template <int D, bool Paged>
@@ -424,13 +800,19 @@ int decode_head_chunks(int G) { return G <= 8 ? 1 : (G + 7) / 8; }
 int decode_attention_ctas_per_sm(DType dtype, int D, int G, bool paged, bool kv_fp8) {
   int n = 0;
   dispatch(dtype, D, decode_heads_per_cta(G), paged, kv_fp8, [&](auto tag, auto d, auto gt, auto pg, auto f8) {
+    using Tag = decltype(tag);
     constexpr int Dv = decltype(d)::value;
     constexpr int GTv = decltype(gt)::value;
-    PB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n,
-        decode_attention_kernel<decltype(tag), Dv, GTv, tokens_per_step<GTv>(), KvOf<Dv, decltype(pg)::value>,
-                                decltype(f8)::value>,
-        kThreads, 0));
+    constexpr bool F8 = decltype(f8)::value;
+    using KV = KvOf<Dv, decltype(pg)::value>;
+    if constexpr (GTv == 8) {  // the kernel launch_decode_attention runs for these rows
+      allow_mma_smem<Tag, Dv, KV, F8>();
+      PB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_attention_mma_kernel<Tag, Dv, KV, F8>,
+                                                                  kThreads, MmaConfig<Dv, F8>::smem));
+    } else {
+      PB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &n, decode_attention_kernel<Tag, Dv, GTv, kTokensPerStep, KV, F8>, kThreads, 0));
+    }
   });
   return std::max(n, 1);
 }
@@ -508,6 +890,10 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
   const int G = p.Hq / p.Hkv;
   const int GT = decode_heads_per_cta(p.S * G);
   const int chunks = decode_head_chunks(p.S * G);
+  // The tensor-core kernel's 16-token tiles start at multiples of 16 and must not cross a page
+  // (pages are multiples of 16): chunks of whole tiles (plan_decode_splits aligns them to the page).
+  if (GT == 8 && paged && chunk % 16 != 0)
+    throw std::logic_error("decode attention: paged chunks of 8-row CTAs must be a multiple of 16 tokens");
   const float qscale = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(p.D)));
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.Hkv * chunks), static_cast<unsigned>(p.B));
   const auto* q = static_cast<const std::uint16_t*>(p.q);
@@ -518,16 +904,23 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
     constexpr int GTv = decltype(gt)::value;
     constexpr bool Pg = decltype(pg)::value;
     constexpr bool F8 = decltype(f8)::value;
-    constexpr int U = tokens_per_step<GTv>();
-    KvOf<Dv, Pg> kv{};
+    using KV = KvOf<Dv, Pg>;
+    KV kv{};
     if constexpr (Pg) {
       kv = PagedKV<Dv>{p.block_table, p.Hkv, p.page_size, p.pages_per_seq, log2_if_power_of_two(p.page_size)};
     } else {
       kv = ContiguousKV<Dv>{p.Hkv, p.L};
     }
-    decode_attention_kernel<Tag, Dv, GTv, U, KvOf<Dv, Pg>, F8><<<grid, kThreads, 0, stream>>>(
-        q, out, p.k, p.v, kv, p.kv_scales, p.workspace, p.Hq, p.Hkv, G, p.L, p.S, p.lengths, chunk, p.splits, qscale);
-    PB_CUDA_CHECK_LAUNCH("decode_attention_kernel");
+    if constexpr (GTv == 8) {  // 8 query rows per CTA: tensor cores
+      allow_mma_smem<Tag, Dv, KV, F8>();
+      decode_attention_mma_kernel<Tag, Dv, KV, F8><<<grid, kThreads, MmaConfig<Dv, F8>::smem, stream>>>(
+          q, out, p.k, p.v, kv, p.kv_scales, p.workspace, p.Hq, p.Hkv, G, p.L, p.S, p.lengths, chunk, p.splits, qscale);
+      PB_CUDA_CHECK_LAUNCH("decode_attention_mma_kernel");
+    } else {
+      decode_attention_kernel<Tag, Dv, GTv, kTokensPerStep, KV, F8><<<grid, kThreads, 0, stream>>>(
+          q, out, p.k, p.v, kv, p.kv_scales, p.workspace, p.Hq, p.Hkv, G, p.L, p.S, p.lengths, chunk, p.splits, qscale);
+      PB_CUDA_CHECK_LAUNCH("decode_attention_kernel");
+    }
     if (p.splits > 1) {
       const unsigned rows = static_cast<unsigned>(p.B * p.S * p.Hq);
       const std::size_t smem = (static_cast<std::size_t>(p.splits) + kReduceWarps * Dv) * sizeof(float);

@@ -210,6 +210,25 @@ INSTANTIATE_TEST_SUITE_P(
         DecodeCase{DType::bf16, 3, 2, 1, 1, 64, 16, 0, true}        // a single cached token
         ));
 
+// 8 query rows per CTA (G = 8 and 16) run the tensor-core kernel: contexts of 1, 15 and 17
+// tokens (a single partial 16-token tile), tiles that end mid-page or mid-chunk, forced and
+// automatic splits, pages 16 (shift/mask), 32 and 48 (division), every head_dim, fp8 caches.
+INSTANTIATE_TEST_SUITE_P(
+    GroupOf8, DecodeAttention,
+    ::testing::Values(DecodeCase{DType::bf16, 1, 64, 8, 1, 128, 16, 0},     // Llama-3.1-70B heads, one token
+                      DecodeCase{DType::fp16, 2, 64, 8, 15, 128, 16, 0},    // L < 16: one partial tile
+                      DecodeCase{DType::bf16, 1, 32, 4, 17, 64, 32, 0},     // a full tile and one token
+                      DecodeCase{DType::fp16, 3, 32, 4, 100, 256, 48, 2},   // D=256, page 48, splits
+                      DecodeCase{DType::bf16, 1, 64, 8, 257, 128, 32, 5},   // forced splits, page 32
+                      DecodeCase{DType::bf16, 2, 32, 2, 1000, 128, 16, 0},  // G=16: two row chunks, auto splits
+                      DecodeCase{DType::fp16, 1, 16, 1, 257, 64, 48, 3},    // G=16, D=64, page 48
+                      DecodeCase{DType::bf16, 1, 32, 4, 1000, 256, 16, 7},  // D=256, 7 splits
+                      DecodeCase{DType::fp16, 1, 64, 8, 1000, 64, 32, 0},   // D=64, automatic splits
+                      DecodeCase{DType::bf16, 1, 64, 8, 257, 128, 16, 0, true},  // fp8 cache, 70B heads
+                      DecodeCase{DType::fp16, 2, 32, 4, 100, 64, 48, 2, true},   // fp8, D=64, page 48, splits
+                      DecodeCase{DType::bf16, 1, 16, 1, 17, 256, 32, 0, true}    // fp8, G=16, D=256
+                      ));
+
 using DecodeAttentionMisc = test::CudaContextTest;
 
 TEST_F(DecodeAttentionMisc, SplitAndUnsplitAgree) {
@@ -311,6 +330,42 @@ INSTANTIATE_TEST_SUITE_P(
                       StepsCase{DType::bf16, 4, 32, 8, 300, 128, 4, "uniform:0.9", 32, 0},
                       StepsCase{DType::bf16, 6, 8, 1, 500, 64, 5, "lognormal:1", 16, 8},   // G=8: 40 rows
                       StepsCase{DType::bf16, 3, 32, 8, 300, 128, 4, "lognormal:1", 48, 3, true}));  // fp8 cache
+
+// S*G >= 8 rows per KV head from multi-token steps of small groups (G = 4) and of G = 8:
+// the tensor-core kernel with causal limits inside a tile, idle row slots (12 rows in two
+// chunks), a context as short as the step, ragged contexts, splits and fp8 caches.
+INSTANTIATE_TEST_SUITE_P(
+    GroupOf8, DecodeSteps,
+    ::testing::Values(StepsCase{DType::bf16, 2, 16, 4, 100, 128, 2, "fixed", 16, 0},          // G=4, S=2: 8 rows
+                      StepsCase{DType::fp16, 3, 16, 4, 17, 64, 3, "lognormal:1", 48, 2},     // 12 rows, ragged
+                      StepsCase{DType::bf16, 2, 64, 8, 257, 128, 4, "uniform:0.9", 32, 5},   // G=8, S=4: 4 chunks
+                      StepsCase{DType::bf16, 2, 32, 4, 15, 256, 2, "fixed", 16, 0},          // G=8, L < 16
+                      StepsCase{DType::fp16, 3, 32, 8, 4, 128, 4, "fixed", 16, 0},           // G=4, context = S
+                      StepsCase{DType::bf16, 4, 64, 8, 1000, 64, 3, "lognormal:1.5", 16, 0, true},  // fp8
+                      StepsCase{DType::fp16, 2, 16, 4, 300, 128, 4, "lognormal:1", 48, 0, true}));  // fp8, G=4
+
+TEST_F(DecodeAttentionMisc, OccupancyIsTheLaunchedKernels) {
+  // 8 rows per CTA run the tensor-core kernel, whose dynamic shared memory (37 KiB at
+  // head_dim 64, 133 KiB at 256) bounds its CTAs per SM; the split planner must see that,
+  // not the occupancy of the CUDA-core kernel (a little static shared memory at every head_dim).
+  const int d64 = cuda::decode_attention_ctas_per_sm(DType::bf16, 64, 8, false);
+  const int d256 = cuda::decode_attention_ctas_per_sm(DType::bf16, 256, 8, false);
+  EXPECT_EQ(d256, 1);
+  EXPECT_GT(d64, d256);
+  EXPECT_EQ(cuda::decode_attention_ctas_per_sm(DType::fp16, 256, 16, true, true), 1);  // two chunks of 8, fp8
+}
+
+TEST_F(DecodeAttentionMisc, GroupOf8WrongOutputIsCaught) {
+  // The tensor-core kernel's output (70B heads, split and not, paged fp8 and contiguous) is checked.
+  for (const bool paged : {false, true}) {
+    for (const std::uint64_t splits : {1u, 3u}) {
+      auto op = cuda::make_op(ctx(), decode_request(paged, DType::bf16, 1, 64, 8, 300, 128, 16, splits, paged));
+      EXPECT_NO_THROW(op->verify());
+      access(*op).set_fault_injection(true);
+      EXPECT_THROW(op->verify(), VerificationError) << (paged ? "paged" : "contiguous") << " splits " << splits;
+    }
+  }
+}
 
 TEST_F(DecodeAttentionMisc, MultiTokenWrongOutputIsCaught) {
   // A fault in a ragged multi-token step's output fails verification.
