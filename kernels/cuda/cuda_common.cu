@@ -2,7 +2,9 @@
 // buffers, the deterministic fill (the host reference's values), copies.
 #include "cuda/cuda_common.hpp"
 
+#include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 
@@ -141,6 +143,25 @@ void corrupt_for_test(bool corrupt, void* p, std::size_t bytes, cudaStream_t str
   if (!corrupt) return;
   PB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
   PB_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+int Context::smem_per_block_optin() const {
+  int v = 0;
+  PB_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return v;
+}
+
+std::optional<std::string> shared_memory_unsupported(const std::string& what, std::size_t bytes, int optin_bytes,
+                                                     int cc_major, int cc_minor) {
+  if (bytes <= static_cast<std::size_t>(std::max(optin_bytes, 0))) return std::nullopt;
+  auto kib = [](double b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+    return std::string(buf);
+  };
+  return what + " needs " + kib(static_cast<double>(bytes)) + " of shared memory per block; this device (compute capability " +
+         std::to_string(cc_major) + "." + std::to_string(cc_minor) + ") allows " + kib(optin_bytes) +
+         "; run it on a GPU with more (A100, H100, H200) or choose a smaller head_dim";
 }
 
 std::size_t Context::free_bytes() const {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,7 +104,18 @@ struct Context {
   int sm_count = 0;
   int cc_major = 0, cc_minor = 0;
   std::size_t free_bytes() const;  // device memory free now
+  int smem_per_block_optin() const;  // bytes of shared memory a block may opt in to
 };
+
+// Why a kernel needing `bytes` of shared memory per block cannot run on a device
+// that allows `optin_bytes` (compute capability cc_major.cc_minor), or nothing:
+// binaries built for sm_80/sm_90 also run on 8.6/8.9/12.x, which allow ~99 KiB.
+std::optional<std::string> shared_memory_unsupported(const std::string& what, std::size_t bytes, int optin_bytes,
+                                                     int cc_major, int cc_minor);
+inline std::optional<std::string> shared_memory_unsupported(const std::string& what, std::size_t bytes,
+                                                            const Context& ctx) {
+  return shared_memory_unsupported(what, bytes, ctx.smem_per_block_optin(), ctx.cc_major, ctx.cc_minor);
+}
 
 // Test hook of verify(): after the op ran, zero `bytes` at `p` when `corrupt` is
 // set, so a test can check that verification catches a wrong output.

@@ -3,8 +3,10 @@
 // (kinds decode_attention and decode_attention_paged) verified against the CPU reference.
 // A CTA walks one chunk of one sequence's context for up to 8 query rows of a KV
 // head (its GQA heads times the step's new tokens): 8 rows (G = 8 or 16, and
-// multi-token steps with S*G >= 8) on tensor cores (decode_attention_mma_kernel),
-// 1, 2 or 4 rows with CUDA-core dot products (decode_attention_kernel). When the batch's CTAs do not
+// S*G of 5 to 7, rounded up to 8 with zero rows, or >= 8) on tensor cores
+// (decode_attention_mma_kernel), 1, 2 or 4 rows with CUDA-core dot products
+// (decode_attention_kernel); the tensor-core kernel's shared memory is checked
+// against the device's opt-in limit (head_dim 256 needs 133 KiB). When the batch's CTAs do not
 // fill a wave, the context is split into chunks of at least 64 tokens, as many
 // as make the grid sit just under a whole number of waves; a second kernel then
 // merges each row's splits, all its threads sharing the splits.
@@ -335,19 +337,25 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_row));
+               : "r"(smem_row)
+               : "memory");
 }
 
 // The same, each matrix transposed.
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_row));
+               : "r"(smem_row)
+               : "memory");
 }
 
 // Two transposed 8x8 matrices (lanes 0-15 give the row addresses).
 __device__ __forceinline__ void ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned smem_row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(smem_row));
+  // "memory": the P tile's stores before it must not move past it (nor reads after the next stores).
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r0), "=r"(r1)
+               : "r"(smem_row)
+               : "memory");
 }
 
 // 16 bytes global -> shared, of which the first src_bytes (16 or 0) are read and the rest zero-filled.
@@ -797,6 +805,16 @@ int decode_heads_per_cta(int G) {
 
 int decode_head_chunks(int G) { return G <= 8 ? 1 : (G + 7) / 8; }
 
+std::size_t decode_attention_smem_bytes(int D, int G, bool kv_fp8) {
+  if (decode_heads_per_cta(G) != 8) return 0;
+  switch (D) {
+    case 64: return kv_fp8 ? MmaConfig<64, true>::smem : MmaConfig<64, false>::smem;
+    case 128: return kv_fp8 ? MmaConfig<128, true>::smem : MmaConfig<128, false>::smem;
+    case 256: return kv_fp8 ? MmaConfig<256, true>::smem : MmaConfig<256, false>::smem;
+    default: return 0;
+  }
+}
+
 int decode_attention_ctas_per_sm(DType dtype, int D, int G, bool paged, bool kv_fp8) {
   int n = 0;
   dispatch(dtype, D, decode_heads_per_cta(G), paged, kv_fp8, [&](auto tag, auto d, auto gt, auto pg, auto f8) {
@@ -892,7 +910,7 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
   const int chunks = decode_head_chunks(p.S * G);
   // The tensor-core kernel's 16-token tiles start at multiples of 16 and must not cross a page
   // (pages are multiples of 16): chunks of whole tiles (plan_decode_splits aligns them to the page).
-  if (GT == 8 && paged && chunk % 16 != 0)
+  if (GT == 8 && paged && p.splits > 1 && chunk % 16 != 0)
     throw std::logic_error("decode attention: paged chunks of 8-row CTAs must be a multiple of 16 tokens");
   const float qscale = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(p.D)));
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.Hkv * chunks), static_cast<unsigned>(p.B));
@@ -944,7 +962,7 @@ DecodeSplitPlan split_plan(const Context& ctx, const OpRequest& r) {
                             static_cast<int>(decode_attention_new_tokens(r)));
 }
 
-std::optional<std::string> request_unsupported(const OpRequest& r, const Context&) {
+std::optional<std::string> request_unsupported(const OpRequest& r, const Context& ctx) {
   const auto a = AttentionShape::of(r.shape);
   const bool paged = r.kind == kDecodeAttentionPaged;
   const std::uint64_t P = paged ? r.params["page_size"] : 0;
@@ -962,6 +980,11 @@ std::optional<std::string> request_unsupported(const OpRequest& r, const Context
            std::to_string(kMaxDecodeSplits);
   if (paged && a.B * pages_per_sequence(decode_attention_max_length(r), P) > static_cast<std::uint64_t>(INT_MAX))
     return std::string("decode attention (paged): more than 2^31 pages");
+  const int rows = static_cast<int>(std::min<std::uint64_t>(S * (a.Hq / a.Hkv), 1 << 20));
+  if (auto why = shared_memory_unsupported(
+          "decode attention (head_dim " + std::to_string(a.D) + ", 8 query rows per CTA on tensor cores)",
+          decode_attention_smem_bytes(static_cast<int>(a.D), rows, decode_attention_kv_dtype(r) == DType::fp8), ctx))
+    return why;
   return std::nullopt;
 }
 
@@ -1119,8 +1142,9 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
           const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(row),
                                        out.begin() + static_cast<std::ptrdiff_t>(row + D));
           const std::vector<double> want(ref.begin(), ref.end());
-          // The kernel's own error is the output rounding (rtol) plus fp32 noise far
-          // below atol * RMS.
+          // The kernel's own error is the output rounding (rtol), the tensor-core
+          // kernel's rounding of P to 16 bits before P V (as FlashAttention), and
+          // fp32 noise, all below the dtype's tolerance.
           reference::check_rows_close(got, want, D, tol,
                                       shape() + ", batch " + std::to_string(b) + ", new token " + std::to_string(i) +
                                           ", query head " + std::to_string(hq) + " (elements are head_dim indices)");

@@ -59,6 +59,10 @@ constexpr int kMaxDecodeSplits = 1024;
 int decode_heads_per_cta(int G);
 int decode_head_chunks(int G);
 
+// Dynamic shared memory per block of the kernel that would run G = S * Hq/Hkv
+// rows per KV head: the tensor-core kernel's tiles for 8 rows per CTA, else 0.
+std::size_t decode_attention_smem_bytes(int D, int G, bool kv_fp8);
+
 // Resident CTAs per SM of the kernel that would run these parameters (occupancy API).
 int decode_attention_ctas_per_sm(DType dtype, int D, int G, bool paged, bool kv_fp8 = false);
 

@@ -450,8 +450,9 @@ LatentSplitPlan split_plan(const Context& ctx, const OpRequest& r) {
                             latent_attention_ctas_per_sm(r.dtype, r.kind == kDecodeLatentAttentionPaged));
 }
 
-std::optional<std::string> request_unsupported(const OpRequest& r, const Context&) {
+std::optional<std::string> request_unsupported(const OpRequest& r, const Context& ctx) {
   const auto s = LatentAttentionShape::of(r.shape);
+  if (auto why = shared_memory_unsupported("MLA decode attention", kSmemBytes, ctx)) return why;
   if (auto why = latent_attention_unsupported(r.dtype, static_cast<long long>(s.H), static_cast<long long>(s.R),
                                               static_cast<long long>(s.P)))
     return why;

@@ -562,6 +562,10 @@ std::optional<std::string> request_unsupported(const OpRequest& r, const Context
     return why;
   if (a.B == 0 || a.S == 0) return std::string("prefill attention: batch and prompt length must be >= 1");
   if (a.B > 65535) return "prefill attention: batch " + std::to_string(a.B) + " exceeds 65535 (a grid dimension)";
+  if (!blas)
+    if (auto why = shared_memory_unsupported("prefill flash attention (head_dim " + std::to_string(a.D) + ")",
+                                             prefill_flash_smem_bytes(static_cast<int>(a.D)), ctx))
+      return why;
   if (blas) {
     const auto max_s = static_cast<std::uint64_t>(prefill_blas_max_seq(ctx.device));
     if (a.S > max_s)

@@ -139,6 +139,24 @@ TEST(AttentionOps, UnsupportedShapesSayWhatIsSupported) {
   EXPECT_FALSE(cuda::prefill_attention_unsupported(DType::bf16, 32, 8, 96, true).has_value());
 }
 
+TEST(AttentionOps, SharedMemoryBeyondTheDevicesLimitIsRefused) {
+  // An sm_80/sm_90 binary also runs on compute capability 8.6/8.9 (A10, L40S,
+  // RTX 4090), whose blocks may opt in to 99 KiB: the tensor-core decode kernel
+  // at head_dim 256 (133 KiB) must be refused there with the reason, not fail.
+  const int small = 99 * 1024, hopper = 227 * 1024;
+  const std::size_t d256 = cuda::decode_attention_smem_bytes(256, 8, false);
+  EXPECT_EQ(d256, 133u * 1024);
+  const auto why = cuda::shared_memory_unsupported("decode attention", d256, small, 8, 9);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("needs 133.0 KiB of shared memory per block"), std::string::npos) << *why;
+  EXPECT_NE(why->find("compute capability 8.9) allows 99.0 KiB"), std::string::npos) << *why;
+  EXPECT_FALSE(cuda::shared_memory_unsupported("decode attention", d256, hopper, 9, 0).has_value());
+  // head_dim 128 (69 KiB) fits everywhere; 4 rows per CTA run the CUDA-core kernel (no dynamic shared memory).
+  EXPECT_FALSE(cuda::shared_memory_unsupported("decode attention", cuda::decode_attention_smem_bytes(128, 8, true), small, 8, 9));
+  EXPECT_EQ(cuda::decode_attention_smem_bytes(256, 4, false), 0u);
+  EXPECT_EQ(cuda::decode_attention_smem_bytes(128, 6, false), cuda::decode_attention_smem_bytes(128, 16, false));
+}
+
 // ---- decode attention on the device ---------------------------------------------
 
 struct DecodeCase {
