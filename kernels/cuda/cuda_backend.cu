@@ -440,28 +440,10 @@ class CudaBackend final : public Backend {
   // says why on stderr once.
   void capture_graph(TimedOp& op) {
     op.graph_tried = true;
-    cudaGraph_t graph = nullptr;
-    PB_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
-    std::string problem;
-    try {
+    const std::string problem = cuda::capture_graph(ctx_.stream, [&] {
       for (std::uint64_t i = 0; i < op.graph_runs; ++i) op.run();
-    } catch (const std::exception& e) {
-      problem = std::string("stream capture failed: ") + e.what();
-    }
-    // Always end the capture, so the stream is usable whatever happened.
-    const cudaError_t end = cudaStreamEndCapture(ctx_.stream, &graph);
-    if (problem.empty() && end != cudaSuccess)
-      problem = std::string("cudaStreamEndCapture failed: ") + cudaGetErrorName(end) + " (" + cudaGetErrorString(end) + ")";
-    if (problem.empty()) {
-      const cudaError_t inst = cudaGraphInstantiate(&op.graph_, graph, 0);
-      if (inst != cudaSuccess) {
-        op.graph_ = nullptr;
-        problem = std::string("cudaGraphInstantiate failed: ") + cudaGetErrorName(inst) + " (" + cudaGetErrorString(inst) + ")";
-      }
-    }
-    if (graph) cudaGraphDestroy(graph);
+    }, &op.graph_);
     if (!problem.empty()) {
-      cudaGetLastError();  // a failed capture leaves a (non-sticky) error behind
       op.graph_problem = problem;
       op.graph_runs = 0;
       std::fprintf(stderr, "phasebench: no CUDA graph for this op, timing single launches: %s\n", problem.c_str());

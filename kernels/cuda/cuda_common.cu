@@ -145,6 +145,35 @@ void corrupt_for_test(bool corrupt, void* p, std::size_t bytes, cudaStream_t str
   PB_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+std::string capture_graph(cudaStream_t stream, const std::function<void()>& enqueue, cudaGraphExec_t* exec) {
+  *exec = nullptr;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t begin = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  if (begin != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("cudaStreamBeginCapture failed: ") + cudaGetErrorName(begin) + " (" + cudaGetErrorString(begin) + ")";
+  }
+  std::string problem;
+  try {
+    enqueue();
+  } catch (const std::exception& e) {
+    problem = std::string("stream capture failed: ") + e.what();
+  }
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (problem.empty() && end != cudaSuccess)
+    problem = std::string("cudaStreamEndCapture failed: ") + cudaGetErrorName(end) + " (" + cudaGetErrorString(end) + ")";
+  if (problem.empty()) {
+    const cudaError_t inst = cudaGraphInstantiate(exec, graph, 0);
+    if (inst != cudaSuccess) {
+      *exec = nullptr;
+      problem = std::string("cudaGraphInstantiate failed: ") + cudaGetErrorName(inst) + " (" + cudaGetErrorString(inst) + ")";
+    }
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (!problem.empty()) cudaGetLastError();  // a failed capture leaves a (non-sticky) error behind
+  return problem;
+}
+
 int Context::smem_per_block_optin() const {
   int v = 0;
   PB_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -106,6 +107,11 @@ struct Context {
   std::size_t free_bytes() const;  // device memory free now
   int smem_per_block_optin() const;  // bytes of shared memory a block may opt in to
 };
+
+// Captures the work `enqueue` puts on `stream` into an instantiated graph (*exec):
+// empty when it worked, else why not. The capture is always ended, so the stream
+// is usable whatever happened.
+std::string capture_graph(cudaStream_t stream, const std::function<void()>& enqueue, cudaGraphExec_t* exec);
 
 // Why a kernel needing `bytes` of shared memory per block cannot run on a device
 // that allows `optin_bytes` (compute capability cc_major.cc_minor), or nothing:

@@ -29,6 +29,7 @@
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
+#include "cuda/ptx.cuh"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/attention.hpp"
 
@@ -71,6 +72,51 @@ int log2_if_power_of_two(int n) {
   int s = 0;
   while ((1 << s) < n) ++s;
   return s;
+}
+
+// Where a CTA's query rows go: the output when its chunk is the whole context,
+// else the split's partial (the log2-sum-exp2 of its scores, then D values), which
+// decode_reduce_kernel merges.
+struct RowSink {
+  std::uint16_t* out;
+  float* part;
+  const float* kv_scales;
+  int b, S, G, R, g0, Hq, Hkv, kvh, split, splits;
+};
+
+// The CTA's warps' online-softmax states merged per row and stored: warp w's
+// running max and sum of row g are m[w * GT + g] and l[w * GT + g], its
+// unnormalised output warp_out(w, g, d). Rows past R (padding) are not stored.
+template <class Tag, int D, int GT, bool F8, class WarpOut>
+__device__ __forceinline__ void merge_warps_and_store(const float* m, const float* l, WarpOut warp_out, const RowSink& k) {
+  for (int idx = threadIdx.x; idx < GT * D; idx += kThreads) {
+    const int g = idx / D;
+    const int d = idx % D;
+    if (k.g0 + g >= k.R) continue;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, m[w * GT + g]);
+    float Ls = 0.f, A = 0.f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(m[w * GT + g] - M);
+        Ls += l[w * GT + g] * f;
+        A += warp_out(w, g, d) * f;
+      }
+    }
+    const int r = k.g0 + g;
+    const std::size_t row = static_cast<std::size_t>(k.b * k.S + r / k.G) * k.Hq + k.kvh * k.G + r % k.G;
+    const float vscale = F8 ? __ldg(k.kv_scales + k.Hkv + k.kvh) : 1.f;
+    const float o = Ls > 0.f ? A / Ls * vscale : 0.f;
+    if (k.splits == 1) {
+      k.out[row * D + d] = encode<Tag>(o);
+    } else {
+      float* po = k.part + (row * k.splits + k.split) * (D + 1);
+      po[1 + d] = o;
+      if (d == 0) po[0] = Ls > 0.f ? M + log2f(Ls) : -INFINITY;  // log2-sum-exp2 of this split's scores
+    }
+  }
 }
 
 // F8: the cache holds fp8 e4m3 (8 bytes per lane and token) with per-head scales.
@@ -258,34 +304,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < GT * D; idx += kThreads) {
-    const int g = idx / D;
-    const int d = idx % D;
-    if (g0 + g >= R) continue;
-    float M = kNegInf;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w][g]);
-    float Ls = 0.f, A = 0.f;
-    if (M != kNegInf) {
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(sm_m[w][g] - M);
-        Ls += sm_l[w][g] * f;
-        A += sm_acc[w][g][d] * f;
-      }
-    }
-    const int r = g0 + g;  // qtok/qh are register arrays: recomputed, not indexed by a runtime g
-    const std::size_t row = static_cast<std::size_t>(b * S + r / G) * Hq + kvh * G + r % G;
-    const float vscale = F8 ? __ldg(kv_scales + Hkv + kvh) : 1.f;
-    const float o = Ls > 0.f ? A / Ls * vscale : 0.f;
-    if (splits == 1) {
-      out[row * D + d] = encode<Tag>(o);
-    } else {
-      float* po = part + (row * splits + split) * (D + 1);
-      po[1 + d] = o;
-      if (d == 0) po[0] = Ls > 0.f ? M + log2f(Ls) : kNegInf;  // log2-sum-exp2 of this split's scores
-    }
-  }
+  merge_warps_and_store<Tag, D, GT, F8>(&sm_m[0][0], &sm_l[0][0], [&](int w, int g, int d) { return sm_acc[w][g][d]; },
+                                        RowSink{out, part, kv_scales, b, S, G, R, g0, Hq, Hkv, kvh, split, splits});
 }
 
 // ---- tensor-core kernel for 8 query rows per CTA (GQA groups of 8, multi-token steps) ----
@@ -327,77 +347,6 @@ struct MmaConfig {
   static_assert(tile % 16 == 0 && raw % 16 == 0 && warp_bytes % 16 == 0, "16-byte aligned regions");
 };
 
-// ---- inline PTX, one instruction per helper (emulated in kernels/cuda_emu) ----------
-// Copies of prefill_attention.cu's helpers: cu2emu rewrites asm only in this directory's .cu files.
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// Four 8x8 matrices of 16-bit elements; lane 8i+j gives the address of row j of matrix i.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem_row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_row)
-               : "memory");
-}
-
-// The same, each matrix transposed.
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned smem_row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_row)
-               : "memory");
-}
-
-// Two transposed 8x8 matrices (lanes 0-15 give the row addresses).
-__device__ __forceinline__ void ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned smem_row) {
-  // "memory": the P tile's stores before it must not move past it (nor reads after the next stores).
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
-               : "=r"(r0), "=r"(r1)
-               : "r"(smem_row)
-               : "memory");
-}
-
-// 16 bytes global -> shared, of which the first src_bytes (16 or 0) are read and the rest zero-filled.
-__device__ __forceinline__ void cp_async_16(unsigned smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(src_bytes) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// c += a b (m16n8k16, fp32 accumulate).
-__device__ __forceinline__ void mma_16816(Bf16Tag, float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_16816(Fp16Tag, float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats to a 16-bit pair (lo in the low half), rounded to nearest even.
-__device__ __forceinline__ unsigned pack2(Bf16Tag, float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  unsigned u;
-  memcpy(&u, &h, sizeof u);
-  return u;
-}
-__device__ __forceinline__ unsigned pack2(Fp16Tag, float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  unsigned u;
-  memcpy(&u, &h, sizeof u);
-  return u;
-}
 
 // minBlocks 2 caps nothing (255 registers) but keeps ptxas from squeezing head_dim 64 paged
 // into 64 registers with spills.
@@ -627,34 +576,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       sm_o[(warp * GT + row) * C::DP + d] = o[mt][i];
     }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < GT * D; idx += kThreads) {
-    const int gr = idx / D;
-    const int d = idx % D;
-    if (g0 + gr >= R) continue;
-    float M = kNegInf;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w][gr]);
-    float Ls = 0.f, A = 0.f;
-    if (M != kNegInf) {
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(sm_m[w][gr] - M);
-        Ls += sm_l[w][gr] * f;
-        A += sm_o[(w * GT + gr) * C::DP + d] * f;
-      }
-    }
-    const int r = g0 + gr;
-    const std::size_t row = static_cast<std::size_t>(b * S + r / G) * Hq + kvh * G + r % G;
-    const float vscale = F8 ? __ldg(kv_scales + Hkv + kvh) : 1.f;
-    const float ov = Ls > 0.f ? A / Ls * vscale : 0.f;
-    if (splits == 1) {
-      out[row * D + d] = encode<Tag>(ov);
-    } else {
-      float* po = part + (row * splits + split) * (D + 1);
-      po[1 + d] = ov;
-      if (d == 0) po[0] = Ls > 0.f ? M + log2f(Ls) : kNegInf;  // log2-sum-exp2 of this split's scores
-    }
-  }
+  merge_warps_and_store<Tag, D, GT, F8>(
+      &sm_m[0][0], &sm_l[0][0], [&](int w, int gr, int d) { return sm_o[(w * GT + gr) * C::DP + d]; },
+      RowSink{out, part, kv_scales, b, S, G, R, g0, Hq, Hkv, kvh, split, splits});
 }
 
 // Combine the splits of one (query token, query head) row:

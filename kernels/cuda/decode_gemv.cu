@@ -41,6 +41,7 @@
 
 #include "cuda/cuda_op.hpp"
 #include "cuda/linear_verify.hpp"
+#include "cuda/ptx.cuh"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/linear.hpp"
 
@@ -55,38 +56,8 @@ constexpr int kRowsPerBlock = 16 * kTilesPerWarp;  // rows of W in a row block
 constexpr int kStepsPerGroup = 2;                  // 32-k steps per unit of work
 constexpr int kKPerGroup = 32 * kStepsPerGroup;    // 64
 
-struct Bf16Tag {};
-struct Fp16Tag {};
-
-// W is streamed: never reused, so it skips L1 and asks L2 for 256-byte fetches.
-__device__ __forceinline__ uint4 load_streaming(const std::uint16_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
+// X is small and re-read by every row block: cached.
 __device__ __forceinline__ uint4 load_cached(const std::uint16_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-
-__device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                          unsigned b1, Bf16Tag) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                          unsigned b1, Fp16Tag) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ std::uint16_t to_storage(float v, Bf16Tag) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
-__device__ __forceinline__ std::uint16_t to_storage(float v, Fp16Tag) { return __half_as_ushort(__float2half_rn(v)); }
 
 struct GemvParams {
   const std::uint16_t* X;
@@ -164,10 +135,10 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2) decode_gemv_kernel(G
           for (int nt = 0; nt < kBatchTiles; ++nt) {
             // k order inside the 8-wide chunk: (0,1)->cols 2t,2t+1 and (2,3)->2t+8,2t+9 of the first
             // k16 MMA; (4,5),(6,7) likewise of the second. B uses the same order.
-            mma_16816(acc[mt][nt], w[s][mt][0].x, w[s][mt][1].x, w[s][mt][0].y, w[s][mt][1].y, x[s][nt].x, x[s][nt].y,
-                      Tag{});
-            mma_16816(acc[mt][nt], w[s][mt][0].z, w[s][mt][1].z, w[s][mt][0].w, w[s][mt][1].w, x[s][nt].z, x[s][nt].w,
-                      Tag{});
+            mma_16816(Tag{}, acc[mt][nt], {w[s][mt][0].x, w[s][mt][1].x, w[s][mt][0].y, w[s][mt][1].y}, x[s][nt].x,
+                      x[s][nt].y);
+            mma_16816(Tag{}, acc[mt][nt], {w[s][mt][0].z, w[s][mt][1].z, w[s][mt][0].w, w[s][mt][1].w}, x[s][nt].z,
+                      x[s][nt].w);
           }
     }
 
@@ -194,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2) decode_gemv_kernel(G
       for (int w = 0; w < kWarpsPerBlock; ++w) sum += partial[w][m][r];
       if (n < p.N) {
         if (whole)
-          p.Y[m * p.N + n] = to_storage(sum, Tag{});
+          p.Y[m * p.N + n] = from_float(Tag{}, sum);
         else
           atomicAdd(p.accum + m * p.N + n, sum);
       }
@@ -217,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2) decode_gemv_kernel(G
           const long long n = row0 + i % kRowsPerBlock;
           if (n < p.N) {
             float* a = p.accum + m * p.N + n;
-            p.Y[m * p.N + n] = to_storage(__ldcg(a), Tag{});
+            p.Y[m * p.N + n] = from_float(Tag{}, __ldcg(a));
             __stcg(a, 0.0f);
           }
         }

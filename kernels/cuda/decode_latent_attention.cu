@@ -49,6 +49,7 @@
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
+#include "cuda/ptx.cuh"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/latent_attention.hpp"
 
@@ -76,35 +77,6 @@ static_assert(kW % (16 * kWarps) == 0 && kR % (8 * kWarps) == 0, "warp split of 
 static_assert(kTokens * kVecPerRow % kThreads == 0, "tile loads per thread");
 static_assert((kLds * 2) % 16 == 0, "16-byte aligned shared rows");
 
-// The latent cache is streamed: no L1 allocation, 256-byte L2 fetches.
-__device__ __forceinline__ uint4 load_streaming(const std::uint16_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-// D = A (16x16, row) * B (16x8, col) + D, fp32 accumulate.
-__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, Bf16Tag) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, Fp16Tag) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats into one register of 16-bit elements (the first in the low half).
-template <class Tag>
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-  return static_cast<unsigned>(encode<Tag>(lo)) | (static_cast<unsigned>(encode<Tag>(hi)) << 16);
-}
 
 struct LatentParams {
   const std::uint16_t* q;      // [B, H, 576]
@@ -200,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2) latent_attention_kernel(LatentPar
 #pragma unroll
       for (int j = 0; j < kSNTiles; ++j) {
         const std::uint16_t* r = T + (j * 8 + g) * kLds + k0;
-        mma_16816(sp[j], qa, *reinterpret_cast<const unsigned*>(r), *reinterpret_cast<const unsigned*>(r + 8), Tag{});
+        mma_16816(Tag{}, sp[j], qa, *reinterpret_cast<const unsigned*>(r), *reinterpret_cast<const unsigned*>(r + 8));
       }
     }
     float* rw = red + warp * kHeads * kTokens;
@@ -257,10 +229,10 @@ __global__ void __launch_bounds__(kThreads, 2) latent_attention_kernel(LatentPar
     unsigned pa[kTokens / 16][4];
 #pragma unroll
     for (int kk = 0; kk < kTokens / 16; ++kk) {
-      pa[kk][0] = pack2<Tag>(s[2 * kk][0], s[2 * kk][1]);
-      pa[kk][1] = pack2<Tag>(s[2 * kk][2], s[2 * kk][3]);
-      pa[kk][2] = pack2<Tag>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[kk][3] = pack2<Tag>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      pa[kk][0] = pack2(Tag{}, s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = pack2(Tag{}, s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = pack2(Tag{}, s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = pack2(Tag{}, s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
 #pragma unroll
     for (int j = 0; j < kONTiles; ++j) {
@@ -270,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 2) latent_attention_kernel(LatentPar
         const std::uint16_t* r = T + (kk * 16 + 2 * t) * kLds + col;
         const unsigned b0 = static_cast<unsigned>(r[0]) | (static_cast<unsigned>(r[kLds]) << 16);
         const unsigned b1 = static_cast<unsigned>(r[8 * kLds]) | (static_cast<unsigned>(r[9 * kLds]) << 16);
-        mma_16816(o[j], pa[kk], b0, b1, Tag{});
+        mma_16816(Tag{}, o[j], pa[kk], b0, b1);
       }
     }
     if (more) store_tile(cur ^ 1);
@@ -293,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, 2) latent_attention_kernel(LatentPar
 #pragma unroll
       for (int j = 0; j < kONTiles; ++j) {
         const int col = warp * kColsPerWarp + j * 8 + 2 * t;
-        *reinterpret_cast<unsigned*>(p.out + bh * kR + col) = pack2<Tag>(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+        *reinterpret_cast<unsigned*>(p.out + bh * kR + col) = pack2(Tag{}, o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
       }
     } else {
       float* dst = p.part + (bh * p.splits + split) * (kR + 2);

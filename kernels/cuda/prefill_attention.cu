@@ -16,6 +16,7 @@
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
+#include "cuda/ptx.cuh"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/attention.hpp"
@@ -81,67 +82,6 @@ struct FlashConfig {
   static_assert((kBM * D / 8) % kThreads == 0 && (BN * D / 8) % kThreads == 0, "whole copy rounds");
 };
 
-// ---- inline PTX, one instruction per helper (emulated in kernels/cuda_emu) ----------
-// Shared-memory operands are 32-bit .shared addresses, as smem_addr gives them.
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// Four 8x8 matrices of 16-bit elements; lane 8i+j gives the address of row j of matrix i.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem_row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_row));
-}
-
-// The same, each matrix transposed.
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned smem_row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_row));
-}
-
-// 16 bytes global -> shared, of which the first src_bytes (16 or 0) are read and the rest zero-filled.
-__device__ __forceinline__ void cp_async_16(unsigned smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(src_bytes) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// c += a b (m16n8k16, fp32 accumulate).
-__device__ __forceinline__ void mma_16816(Bf16Tag, float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_16816(Fp16Tag, float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats to a 16-bit pair (lo in the low half), rounded to nearest even.
-__device__ __forceinline__ unsigned pack2(Bf16Tag, float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  unsigned u;
-  memcpy(&u, &h, sizeof u);
-  return u;
-}
-__device__ __forceinline__ unsigned pack2(Fp16Tag, float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  unsigned u;
-  memcpy(&u, &h, sizeof u);
-  return u;
-}
 
 // Rows [r0, r0 + ROWS) of one head of a [B, S, H, D] tensor into a shared tile (row
 // stride LD) with cp.async by THREADS threads; rows at or beyond S are zero-filled

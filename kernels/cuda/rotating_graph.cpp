@@ -33,31 +33,11 @@ RotatingGraph::RotatingGraph(Context& ctx, const OpRequest& r, PreparedOp& first
   for (std::uint64_t i = 1; i < copies; ++i) extra_.push_back(make_op(ctx, r));
   PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 
-  cudaGraph_t graph = nullptr;
-  PB_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-  std::string problem;
-  try {
+  const std::string problem = capture_graph(ctx.stream, [&] {
     first.run();
     for (auto& op : extra_) op->run();
-  } catch (const std::exception& e) {
-    problem = std::string("stream capture failed: ") + e.what();
-  }
-  // Always end the capture, so the stream is usable whatever happened.
-  const cudaError_t end = cudaStreamEndCapture(ctx.stream, &graph);
-  if (problem.empty() && end != cudaSuccess)
-    problem = std::string("cudaStreamEndCapture failed: ") + cudaGetErrorName(end) + " (" + cudaGetErrorString(end) + ")";
-  if (problem.empty()) {
-    const cudaError_t inst = cudaGraphInstantiate(&exec_, graph, 0);
-    if (inst != cudaSuccess) {
-      exec_ = nullptr;
-      problem = std::string("cudaGraphInstantiate failed: ") + cudaGetErrorName(inst) + " (" + cudaGetErrorString(inst) + ")";
-    }
-  }
-  if (graph) cudaGraphDestroy(graph);
-  if (!problem.empty()) {
-    cudaGetLastError();  // a failed capture leaves a (non-sticky) error behind
-    throw Unsupported(problem);
-  }
+  }, &exec_);
+  if (!problem.empty()) throw Unsupported(problem);
   PB_CUDA_CHECK(cudaGraphUpload(exec_, ctx.stream));
   launch(ctx.stream);  // the replay that is checked, and the graph's own warm-up
   PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
