@@ -249,15 +249,17 @@ std::string fraction_table(const Collected& c) {
     if (g.paired.empty()) return fmt::format(" {:>8}", "-");
     return fmt::format(" {:>7.1f}% ({})", 100 * median_of(g.paired), g.paired.size());
   };
-  std::string out = fmt::format("  {:<8} {:<18} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", "phase", "op", "points", "best",
+  std::size_t w = 18;  // the op column: as wide as the longest op (latent_attention_paged)
+  for (const auto& kv : c.groups) w = std::max(w, kv.first.second.size());
+  std::string out = fmt::format("  {:<8} {:<{}} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", "phase", "op", w, "points", "best",
                                 "median", "skipped", "errors", any_paired ? fmt::format(" {:>8}", "paired") : "");
   for (const auto& [k, g] : c.groups) {
     if (g.fractions.empty()) {
-      out += fmt::format("  {:<8} {:<18} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", k.first, k.second, 0, "-", "-", g.skipped,
+      out += fmt::format("  {:<8} {:<{}} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", k.first, k.second, w, 0, "-", "-", g.skipped,
                          g.errors, paired_cell(g));
       continue;
     }
-    out += fmt::format("  {:<8} {:<18} {:>6} {:>7.1f}% {:>7.1f}% {:>8} {:>7}{}\n", k.first, k.second, g.fractions.size(),
+    out += fmt::format("  {:<8} {:<{}} {:>6} {:>7.1f}% {:>7.1f}% {:>8} {:>7}{}\n", k.first, k.second, w, g.fractions.size(),
                        100 * *std::max_element(g.fractions.begin(), g.fractions.end()), 100 * median_of(g.fractions),
                        g.skipped, g.errors, paired_cell(g));
   }
