@@ -169,7 +169,7 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--cache", f.cache, "cold (flush the last-level cache before each sample) or hot");
   app.add_option("--cold-timing", f.cold_timing,
                  "cold samples of short GPU launches (hot launch < 100 us, data < 2x L2): rotate (one CUDA graph over k "
-                 "copies of the op's data, together >= 2x L2, time / k; default) or single (one launch each)");
+                 "copies of the op's data, 2x L2 where 128 copies suffice, time / k; default) or single (one launch each)");
   app.add_option("--roofline", f.ceiling, "ceilings the percentages use: measured or datasheet");
   app.add_flag("--no-calibrate", f.no_calibrate, "skip measuring ceilings (percentages then use the datasheet)");
   app.add_flag("--no-paired-read", f.no_paired_read,

@@ -85,10 +85,14 @@ void BenchContext::prepare_point(const Point& p, PointOutcome& out) {
   auto kept = std::move(out.samples);
   auto kept_fraction = std::move(out.paired_fraction);
   auto kept_read = std::move(out.paired_read);
+  auto kept_throttle = std::move(out.throttle);  // the limiters over every group of the point
+  const bool kept_throttled = out.throttled;
   out = PointOutcome{};
   out.samples = std::move(kept);
   out.paired_fraction = std::move(kept_fraction);
   out.paired_read = std::move(kept_read);
+  out.throttle = std::move(kept_throttle);
+  out.throttled = kept_throttled;
   try {
     if (!p.invalid.empty()) throw Unsupported(p.invalid);
     if (auto why = backend_.cannot_run(p.request)) throw Unsupported(*why);

@@ -77,7 +77,9 @@ void collect_measurement(const nlohmann::json& p, Collected& c) {
   if (!p.contains("time")) return;
   ++c.timed;
   if (p.at("time").value("converged", nlohmann::json()) == false) ++c.not_converged;
-  const std::string method = p.at("time").value("method", "single");
+  // Files before time.method: several runs per sample were a hot graph.
+  const std::string method = p.at("time").value(
+      "method", p.at("time").value("runs_per_sample", std::uint64_t{1}) > 1 ? "graph" : "single");
   if (method == "rotating_graph") {
     const auto k = p.at("time").value("rotating_copies", std::uint64_t{0});
     c.copies_min = c.methods[method] ? std::min(c.copies_min, k) : k;

@@ -74,41 +74,54 @@ bool is_hard_limiter(const std::string& name) { return name == "thermal" || name
 
 ThrottleVerdict judge_throttle(const ThrottleWindow& w, double reference_mhz, double drop_ratio, double min_share) {
   ThrottleVerdict v;
+  // The highest clock seen, in the run so far or in this window (the first point
+  // of a run has no earlier reading to be judged against).
+  const double reference = std::max(reference_mhz, w.sm_mhz_max.value_or(0.0));
   // Which limiters held the clocks for a material share of the window.
-  std::vector<std::string> held;
-  bool hard = false;
+  bool any = false, hard = false;
   std::string list;
   if (w.counters && w.window_s > 0) {
     for (const auto& [name, s] : w.held_s) {
       if (name == "sync_boost") continue;  // matching other GPUs' clocks, not a limit of this one
-      const double share = s / w.window_s;
+      const double share = s / w.window_s;  // above 100% when NVML's counter moved in coarse steps
       if (share < min_share) continue;
-      held.push_back(name);
+      any = true;
       hard = hard || is_hard_limiter(name);
-      list += (list.empty() ? "" : ", ") + name + " " + percent(std::min(share, 1.0));
+      list += (list.empty() ? "" : ", ") + name + " " + percent(share) + " of the window";
     }
-  } else if (w.hard_reasons) {
-    held.push_back("hw/thermal reason");
-    hard = true;
-    list = "a hardware or thermal slowdown reason (no violation counters)";
   }
-  if (held.empty()) {
-    v.why = w.counters ? "no limiter held the clocks for " + percent(min_share) + " of the window"
-                       : "no violation counters and no hardware or thermal slowdown reason";
+  // NVML reports no thermal violation time on most GPUs, and no hardware slowdown
+  // or power brake at all: the reason bits read after samples count as well.
+  if (w.hard_reasons) {
+    any = hard = true;
+    list += std::string(list.empty() ? "" : ", ") + "a hardware or thermal slowdown reason after a sample";
+  }
+  const std::string coarse =
+      w.window_s > 0 && w.window_s < kThrottleShortWindow
+          ? "; a window of " + std::to_string(static_cast<int>(w.window_s * 1e3 + 0.5)) +
+                " ms, shorter than NVML's update period (10-100 ms): its counters and clocks are coarse"
+          : "";
+  if (!any) {
+    v.why = (w.counters ? "no limiter held the clocks for " + percent(min_share) + " of the window"
+                        : "no violation counters and no hardware or thermal slowdown reason") +
+            coarse;
     return v;
   }
-  if (w.sm_mhz_min && reference_mhz > 0) {
-    const double ratio = *w.sm_mhz_min / reference_mhz;
-    const bool dropped = ratio < drop_ratio;
-    v.flagged = dropped;
-    v.why = "held by " + list + " of the window; lowest SM clock " + mhz(*w.sm_mhz_min) + " = " + percent(ratio) +
-            " of the run's highest (" + mhz(reference_mhz) + ")" +
-            (dropped ? ": the clocks dropped" : ", above " + percent(drop_ratio) + ": not flagged");
+  if (w.sm_mhz_min && reference > 0) {
+    const double ratio = *w.sm_mhz_min / reference;
+    const double bar = hard ? drop_ratio : kThrottlePowerDropRatio;
+    v.flagged = ratio < bar;
+    v.why = "held by " + list + "; lowest SM clock " + mhz(*w.sm_mhz_min) + " = " + percent(ratio) +
+            " of the highest seen (" + mhz(reference) + ")" +
+            (v.flagged ? ": the clocks dropped"
+                       : ", above " + percent(bar) + (hard ? "" : ", the bar for the power limit alone") +
+                             ": not flagged") +
+            coarse;
     return v;
   }
   v.flagged = hard;
-  v.why = "held by " + list + " of the window; no SM clock to judge the drop by" +
-          (hard ? ": a thermal, board or reliability limit flags the point" : ": power alone is not flagged");
+  v.why = "held by " + list + "; no SM clock to judge the drop by" +
+          (hard ? ": a thermal, board or reliability limit flags the point" : ": power alone is not flagged") + coarse;
   return v;
 }
 

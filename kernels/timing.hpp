@@ -15,15 +15,17 @@ namespace phasebench {
 // Cold-cache timing on a GPU. single: flush the L2, time one launch (the
 // launch gap, the ramp and a second dependent launch are in every sample).
 // rotate: flush the L2, time one CUDA graph that runs each of k prepared copies
-// of the op once (together at least 2x the L2, so no copy finds its data, nor
-// another copy's output, in the L2), and divide by k.
+// of the op once, and divide by k. The flush leaves every copy cold; copies whose
+// allocations cover 2x the L2 also push each other's outputs out to memory inside
+// the window (for footprints under L2/64 the 128 copies cover less).
 enum class ColdTiming { rotate, single };
 std::string_view to_string(ColdTiming t);
 // "rotate" or "single"; nothing for anything else.
 std::optional<ColdTiming> parse_cold_timing(std::string_view s);
 
-// The rotating copies for an op of `footprint` bytes: enough that together they
-// cover twice the L2 (at least 2, at most kMaxRotatingCopies), and no more than
+// The rotating copies for an op of `footprint` bytes (what it allocates, which
+// for a KV append or a ragged batch is more than it touches): enough that
+// together they cover twice the L2 (at least 2, at most kMaxRotatingCopies), and no more than
 // a quarter of the device's free memory. copies < 2: time single launches, `why`
 // says why.
 inline constexpr std::uint64_t kMaxRotatingCopies = 128;
@@ -51,15 +53,20 @@ struct ThrottleWindow {
   void merge(const ThrottleWindow& o);
 };
 
-// The verdict: a point is throttled only when its clocks really dropped: a
-// limiter held them for at least `min_share` of the window (or, without
-// counters, a hardware/thermal reason was set) AND the lowest SM clock seen is
-// below `drop_ratio` x `reference_mhz` (the run's highest clock). The power
-// limiter alone, with clocks that stayed up, is routine under heavy GEMMs and
-// is reported, not flagged. Without any clock reading, a thermal, board or
-// reliability limiter flags the point on its own.
+// The verdict: a point is throttled only when its clocks really dropped. A
+// thermal, board or reliability limiter held them for at least `min_share` of
+// the window (or a hardware/thermal slowdown reason was set after a sample, as
+// NVML reports no violation time for those on most GPUs) AND the lowest SM
+// clock is below `drop_ratio` x the highest seen (the run's so far,
+// `reference_mhz`, or the window's own); or the power limiter alone held them
+// and the clock fell below kThrottlePowerDropRatio of it: heavy GEMMs run
+// power-capped at 85-90% of boost routinely, which is reported, not flagged.
+// Without any clock reading, only a thermal, board or reliability limiter flags.
+// Windows under kThrottleShortWindow say that NVML's readings are coarse.
 inline constexpr double kThrottleDropRatio = 0.9;
+inline constexpr double kThrottlePowerDropRatio = 0.75;
 inline constexpr double kThrottleMinShare = 0.01;
+inline constexpr double kThrottleShortWindow = 0.1;  // seconds
 struct ThrottleVerdict {
   bool flagged = false;
   std::string why;  // what held the clocks and how far they fell, or why not flagged

@@ -251,10 +251,10 @@ class CudaBackend final : public Backend {
   // not pay to write back dirty lines). Then, for an op whose hot launch is
   // under 100 us and whose data is under twice the L2 (--cold-timing rotate,
   // the default), one CUDA graph runs each of k copies of the op once (own
-  // inputs, outputs and scratch; together >= 2x the L2, see plan_cold_rotation)
-  // and the sample is its time / k: no copy finds its data cached, the fixed
-  // launch cost is paid once per graph, and outputs are written back inside the
-  // window. A graph of N launches of ONE op would make launches 2..N hot. Any
+  // inputs, outputs and scratch; allocations covering 2x the L2 where 128 copies
+  // do, see plan_cold_rotation) and the sample is its time / k: no copy finds its
+  // data cached, the fixed launch cost is paid once per graph, and outputs are
+  // written back inside the window. A graph of N launches of ONE op would make launches 2..N hot. Any
   // other cold sample (or --cold-timing single) is ONE launch, however short.
   // Hot cache: short launches (< 20 us, measured once per op) are timed as one
   // launch of a CUDA graph of N back-to-back launches (N so the graph lasts
@@ -404,7 +404,10 @@ class CudaBackend final : public Backend {
     try {
       op.rotation = std::make_unique<RotatingGraph>(ctx_, op.request, op.inner(), plan.copies);
       op.rotating_bytes = plan.bytes;
-    } catch (const Unsupported& e) {  // a capture that failed: single launches, and why
+    } catch (const VerificationError&) {
+      throw;  // a copy that computed something else than the verified op: an error, never a time
+    } catch (const std::exception& e) {  // a capture or a copy's allocation that failed: single launches, and why
+      cudaGetLastError();  // a failed allocation leaves a (non-sticky) error behind
       op.rotation.reset();
       op.rotation_why = e.what();
       std::fprintf(stderr, "phasebench: no rotating graph for this op, timing single cold launches: %s\n", e.what());

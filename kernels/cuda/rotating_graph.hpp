@@ -13,24 +13,24 @@ namespace phasebench::cuda {
 
 class RotatingGraph {
  public:
-  // `first` is the op prepared (and verified) for `r`; copies - 1 more are
-  // prepared beside it. After one replay every copy's output is compared with
-  // what `first` computed before the capture (VerificationError naming the
-  // copy), so a graph that skipped or repeated a copy is an error, not a time.
-  // Ops that cannot hand out their output (PreparedOp::output_values) are not
-  // compared; checked() says so.
+  // `first` is the op prepared (and verified) for `r`; `copies` more are
+  // prepared beside it and captured, and `first` stays outside the graph. After
+  // one replay every copy's output is compared with what `first` computed
+  // (VerificationError naming the copy), so a graph that skipped or repeated a
+  // copy is an error, not a time. Ops that cannot hand out their output
+  // (PreparedOp::output_values) are not compared; checked() says so.
   RotatingGraph(Context& ctx, const OpRequest& r, PreparedOp& first, std::uint64_t copies);
   ~RotatingGraph();
   RotatingGraph(const RotatingGraph&) = delete;
   RotatingGraph& operator=(const RotatingGraph&) = delete;
 
   void launch(cudaStream_t stream);
-  std::uint64_t copies() const { return 1 + extra_.size(); }
+  std::uint64_t copies() const { return copies_.size(); }
   bool checked() const { return checked_; }
 
  private:
-  void check(PreparedOp& first, const std::vector<float>& verified);
-  std::vector<std::unique_ptr<PreparedOp>> extra_;  // copies 2..k
+  void check(const std::vector<float>& verified);
+  std::vector<std::unique_ptr<PreparedOp>> copies_;
   cudaGraphExec_t exec_ = nullptr;
   bool checked_ = false;
 };

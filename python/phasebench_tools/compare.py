@@ -201,8 +201,9 @@ def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, 
                         ", ".join(f"{lab}: {r.pb.get('cache')}" for lab, r in zip(labels, results)) + ")")
     # Cold GPU points timed by different methods (a rotating graph over copies of
     # the data vs single launches) differ by the fixed launch cost, not the kernel.
-    def timed_by(p):
-        return (p.time or {}).get("method", "single")
+    def timed_by(p):  # files before time.method: several runs per sample were a hot graph
+        t = p.time or {}
+        return t.get("method") or ("graph" if (t.get("runs_per_sample") or 1) > 1 else "single")
     mixed = [k for k in keys
              if len({timed_by(p) for p in m.table[k] if p is not None and p.time}) > 1]
     if mixed:

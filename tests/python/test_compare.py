@@ -180,6 +180,16 @@ def test_points_timed_by_different_methods_are_flagged(tmp_path):
     assert len(mixed) == 1 and mixed[0].startswith("1 matched point(s)") and "B: rotating_graph" in mixed[0], mixed
     same = compare.build_comparison(*pr.load_many([a, a]))
     assert not [w for w in same["warnings"] if "different methods" in w]
+    # A file from before time.method whose point ran several launches per sample
+    # (a hot graph) against a newer one that says "graph": the same method.
+    old = json.load(open(a))
+    old["benchmarks"][0]["phasebench"]["time"]["runs_per_sample"] = 40
+    new = json.loads(json.dumps(old))
+    new["benchmarks"][0]["phasebench"]["time"]["method"] = "graph"
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    both = compare.build_comparison(*pr.load_many([str(tmp_path / "old.json"), str(tmp_path / "new.json")]))
+    assert not [w for w in both["warnings"] if "different methods" in w], both["warnings"]
 
 
 def test_same_within_moves_the_band(scenario_files):

@@ -428,6 +428,22 @@ TEST_F(FixtureTest, ThrottledOnlyWhenALimiterHeldTheClocksDown) {
   EXPECT_NE(summarize(doc).find("throttled: 1 points ran with clocks a limiter held down"), std::string::npos)
       << summarize(doc);
 
+  // A point prepared again (Google Benchmark's interleaved repetitions) keeps the
+  // limiters of its earlier groups, as it keeps its samples.
+  w.held_s = {{"power", 0.1}};
+  backend.window = w;
+  const int before = backend.groups;
+  run_points({point(7)});
+  const int groups7 = backend.groups - before;
+  run_points({point(8)});  // another point between, so that point 7 is prepared again
+  const int mid = backend.groups;
+  run_points({point(7)});
+  const int all7 = groups7 + (backend.groups - mid);
+  ASSERT_GT(backend.groups, mid);
+  j = ctx->point_json("free/linear/test7");
+  EXPECT_DOUBLE_EQ(j.at("throttle").at("held_s").at("power").get<double>(), 0.1 * all7) << j.at("throttle");
+  EXPECT_DOUBLE_EQ(j.at("throttle").at("window_s").get<double>(), 0.2 * all7);
+
   // A backend that cannot tell (the CPU, the emulation): no block, not throttled.
   backend.window.reset();
   run_points({point(6)});

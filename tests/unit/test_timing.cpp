@@ -69,11 +69,43 @@ TEST(Throttle, PowerCapWithClocksUpIsNotThrottling) {
 }
 
 TEST(Throttle, ALimiterAndADropAreThrottling) {
-  auto v = judge_throttle(window({{"power", 0.3}}, 1600), 1980);
+  // A thermal limit and clocks at 86% of the highest: throttled.
+  auto v = judge_throttle(window({{"thermal", 0.02}}, 1700), 1980);
   EXPECT_TRUE(v.flagged) << v.why;
   EXPECT_NE(v.why.find("the clocks dropped"), std::string::npos) << v.why;
-  v = judge_throttle(window({{"thermal", 0.02}}, 1700), 1980);
+  // The power limit alone at 86% is a heavy GEMM's routine cap: not flagged...
+  v = judge_throttle(window({{"power", 0.3}}, 1700), 1980);
+  EXPECT_FALSE(v.flagged) << v.why;
+  EXPECT_NE(v.why.find("the bar for the power limit alone"), std::string::npos) << v.why;
+  // ...but at 71% the clocks really fell.
+  v = judge_throttle(window({{"power", 0.3}}, 1400), 1980);
   EXPECT_TRUE(v.flagged) << v.why;
+}
+
+TEST(Throttle, SlowdownReasonsCountBesideTheCounters) {
+  // NVML reports no thermal violation time on most GPUs: the reason bits read
+  // after samples flag a drop even when only the power counter could be read.
+  auto w = window({{"power", 0.0}}, 1500);
+  w.hard_reasons = true;
+  const auto v = judge_throttle(w, 1980);
+  EXPECT_TRUE(v.flagged) << v.why;
+  EXPECT_NE(v.why.find("slowdown reason"), std::string::npos) << v.why;
+}
+
+TEST(Throttle, TheFirstPointIsJudgedAgainstItsOwnHighestClock) {
+  // No earlier reading in the run (reference 0): the window's own highest clock serves.
+  auto w = window({{"thermal", 0.2}}, 1500);
+  w.sm_mhz_max = 1980;
+  EXPECT_TRUE(judge_throttle(w, 0).flagged);
+}
+
+TEST(Throttle, ShortWindowsSayTheirReadingsAreCoarse) {
+  auto w = window({{"power", 0.012}}, 1980);
+  w.window_s = 0.008;  // 150% of the window: NVML's counter moved in one coarse step
+  const auto v = judge_throttle(w, 1980);
+  EXPECT_FALSE(v.flagged) << v.why;
+  EXPECT_NE(v.why.find("power 150.0% of the window"), std::string::npos) << v.why;
+  EXPECT_NE(v.why.find("a window of 8 ms, shorter than NVML's update period"), std::string::npos) << v.why;
 }
 
 TEST(Throttle, ADropWithoutALimiterIsNotThrottling) {
