@@ -86,13 +86,13 @@ void BenchContext::prepare_point(const Point& p, PointOutcome& out) {
   auto kept_fraction = std::move(out.paired_fraction);
   auto kept_read = std::move(out.paired_read);
   auto kept_throttle = std::move(out.throttle);  // the limiters over every group of the point
-  const bool kept_throttled = out.throttled;
+  auto kept_verdict = std::move(out.throttle_verdict);
   out = PointOutcome{};
   out.samples = std::move(kept);
   out.paired_fraction = std::move(kept_fraction);
   out.paired_read = std::move(kept_read);
   out.throttle = std::move(kept_throttle);
-  out.throttled = kept_throttled;
+  out.throttle_verdict = std::move(kept_verdict);
   try {
     if (!p.invalid.empty()) throw Unsupported(p.invalid);
     if (auto why = backend_.cannot_run(p.request)) throw Unsupported(*why);
@@ -198,7 +198,7 @@ bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutco
         out.throttle->merge(*w);
       else
         out.throttle = *w;
-      out.throttled = judge_throttle(*out.throttle, run_max_mhz_).flagged;
+      out.throttle_verdict = judge_throttle(*out.throttle, run_max_mhz_);
     }
     out.clocks = backend_.clocks();
     measure_energy(out);
@@ -258,7 +258,7 @@ void BenchContext::set_counters(benchmark::State& st, const Point& p, const Poin
     const auto place = phasebench::place(flops, bytes, stats.median, P->value, W->value);
     st.counters["roofline"] = place.fraction;
     st.SetLabel(std::string(to_string(place.bound)) + "-bound " + std::to_string(static_cast<int>(std::lround(place.fraction * 100))) +
-                "% of " + std::string(to_string(W->source)) + " roofline" + (out.throttled ? " THROTTLED" : ""));
+                "% of " + std::string(to_string(W->source)) + " roofline" + (out.throttled() ? " THROTTLED" : ""));
   } else if (W) {
     st.counters["roofline"] = bytes / stats.median / W->value;
   }
@@ -466,8 +466,8 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
   const double flops = static_cast<double>(cost.flops), bytes = static_cast<double>(cost.bytes.total());
   j["tflops"] = finite_or_null(tflops(flops, s.median));
   j["gbps"] = finite_or_null(gbps(bytes, s.median));
-  j["throttled"] = o->throttled;
-  if (o->throttle) j["throttle"] = throttle_json(*o->throttle, judge_throttle(*o->throttle, run_max_mhz_), run_max_mhz_);
+  j["throttled"] = o->throttled();
+  if (o->throttle) j["throttle"] = throttle_json(*o->throttle, o->throttle_verdict);
   j["clocks"] = o->clocks;
   if (o->rejected_low_clock > 0 || run_max_mhz_ > 0)
     j["clock_check"] = {{"ratio", opts_.clock_ratio},

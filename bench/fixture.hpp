@@ -56,9 +56,10 @@ struct PointOutcome {
   std::uint64_t rotating_bytes = 0;
   std::string why_single;
   // What the limiters and clocks did over the point's groups of samples, and
-  // the verdict (judge_throttle against the run's highest SM clock).
+  // the verdict (judge_throttle against the run's highest SM clock then).
   std::optional<ThrottleWindow> throttle;
-  bool throttled = false;
+  ThrottleVerdict throttle_verdict;
+  bool throttled() const { return throttle_verdict.flagged; }
   nlohmann::json clocks;  // clocks seen at the end of the point
   // Paired reads (large memory-bound points): per sample, its bytes/s over the
   // bytes/s of the streaming read timed right before it.

@@ -77,6 +77,7 @@ ThrottleVerdict judge_throttle(const ThrottleWindow& w, double reference_mhz, do
   // The highest clock seen, in the run so far or in this window (the first point
   // of a run has no earlier reading to be judged against).
   const double reference = std::max(reference_mhz, w.sm_mhz_max.value_or(0.0));
+  v.reference_mhz = reference;
   // Which limiters held the clocks for a material share of the window.
   bool any = false, hard = false;
   std::string list;
@@ -125,7 +126,7 @@ ThrottleVerdict judge_throttle(const ThrottleWindow& w, double reference_mhz, do
   return v;
 }
 
-nlohmann::json throttle_json(const ThrottleWindow& w, const ThrottleVerdict& v, double reference_mhz) {
+nlohmann::json throttle_json(const ThrottleWindow& w, const ThrottleVerdict& v) {
   nlohmann::json held = nlohmann::json::object();
   for (const auto& [k, s] : w.held_s) held[k] = s;
   nlohmann::json j = {{"flagged", v.flagged},
@@ -136,7 +137,7 @@ nlohmann::json throttle_json(const ThrottleWindow& w, const ThrottleVerdict& v, 
                       {"clock_source", w.clock_source.empty() ? nlohmann::json(nullptr) : nlohmann::json(w.clock_source)},
                       {"sm_mhz_min", w.sm_mhz_min ? nlohmann::json(*w.sm_mhz_min) : nlohmann::json(nullptr)},
                       {"sm_mhz_max", w.sm_mhz_max ? nlohmann::json(*w.sm_mhz_max) : nlohmann::json(nullptr)},
-                      {"reference_sm_mhz", reference_mhz > 0 ? nlohmann::json(reference_mhz) : nlohmann::json(nullptr)}};
+                      {"reference_sm_mhz", v.reference_mhz > 0 ? nlohmann::json(v.reference_mhz) : nlohmann::json(nullptr)}};
   return j;
 }
 

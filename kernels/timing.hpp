@@ -69,10 +69,11 @@ inline constexpr double kThrottleMinShare = 0.01;
 inline constexpr double kThrottleShortWindow = 0.1;  // seconds
 struct ThrottleVerdict {
   bool flagged = false;
-  std::string why;  // what held the clocks and how far they fell, or why not flagged
+  std::string why;           // what held the clocks and how far they fell, or why not flagged
+  double reference_mhz = 0;  // the highest clock it judged against (0: none)
 };
 ThrottleVerdict judge_throttle(const ThrottleWindow& w, double reference_mhz, double drop_ratio = kThrottleDropRatio,
                                double min_share = kThrottleMinShare);
-nlohmann::json throttle_json(const ThrottleWindow& w, const ThrottleVerdict& v, double reference_mhz);
+nlohmann::json throttle_json(const ThrottleWindow& w, const ThrottleVerdict& v);
 
 }  // namespace phasebench

@@ -452,6 +452,28 @@ TEST_F(FixtureTest, ThrottledOnlyWhenALimiterHeldTheClocksDown) {
   EXPECT_FALSE(j.contains("throttle"));
 }
 
+TEST_F(FixtureTest, TheThrottleVerdictIsTheOneOfItsOwnTime) {
+  // Point 4 ran at 1600 MHz, the highest of the run then, with a thermal limit
+  // and a low of 1500 (94%): not flagged. A later point at 1980 MHz does not
+  // change what the results say of point 4, in the flag or in its block.
+  backend.clock_script = {1600};
+  ThrottleWindow w;
+  w.window_s = 0.2;
+  w.counters = true;
+  w.held_s = {{"thermal", 0.05}};
+  w.sm_mhz_min = 1500;
+  w.sm_mhz_max = 1600;
+  backend.window = w;
+  run_points({point(4)});
+  backend.clock_script = {1980};
+  backend.window.reset();
+  run_points({point(5)});
+  const auto j = ctx->point_json("free/linear/test4");
+  EXPECT_FALSE(j.at("throttled").get<bool>()) << j.at("throttle");
+  EXPECT_FALSE(j.at("throttle").at("flagged").get<bool>()) << j.at("throttle");
+  EXPECT_DOUBLE_EQ(j.at("throttle").at("reference_sm_mhz").get<double>(), 1600);
+}
+
 TEST_F(FixtureTest, EnergyComesFromTheCounterAroundBackToBackRuns) {
   backend.joules_per_run = 0.25;
   RunOptions o;

@@ -145,7 +145,8 @@ TEST(Throttle, GroupsOfOnePointMerge) {
   EXPECT_DOUBLE_EQ(*a.sm_mhz_min, 1500);
   EXPECT_DOUBLE_EQ(*a.sm_mhz_max, 1900);
   EXPECT_EQ(a.clock_source, "mixed");
-  const auto j = throttle_json(a, judge_throttle(a, 1980), 1980);
+  const auto j = throttle_json(a, judge_throttle(a, 1980));
   EXPECT_TRUE(j.at("flagged").get<bool>());
   EXPECT_DOUBLE_EQ(j.at("window_s").get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(j.at("reference_sm_mhz").get<double>(), 1980);
 }
