@@ -11,40 +11,12 @@
 #include <vector>
 
 #include "emu_async_kernels.hpp"
-#include "pb_emu_testing.hpp"
+#include "emu_test_util.hpp"
 
 namespace {
 
-template <class T>
-struct Dev {
-  T* p = nullptr;
-  std::size_t n;
-  explicit Dev(std::size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess); }
-  ~Dev() { cudaFree(p); }
-  std::vector<T> get() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void set(const std::vector<T>& h) { EXPECT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
-};
-
-class EmuAsync : public ::testing::Test {
- protected:
-  void SetUp() override { ASSERT_EQ(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), cudaSuccess); }
-  void TearDown() override {
-    pb_emu::reset_after_failure_for_tests();
-    cudaStreamDestroy(s_);
-    pb_emu::reset_after_failure_for_tests();
-  }
-  void expect_launch_failure(const std::string& what) {
-    const cudaError_t e = cudaStreamSynchronize(s_);
-    ASSERT_EQ(e, cudaErrorLaunchFailure) << cudaGetErrorName(e);
-    const std::string msg = cudaGetErrorString(e);
-    EXPECT_NE(msg.find(what), std::string::npos) << msg;
-  }
-  cudaStream_t s_ = nullptr;
-};
+using pb_emu_test::Dev;
+using EmuAsync = pb_emu_test::EmuStreamTest;
 
 // PTX ISA, ldmatrix, "Figure: ldmatrix fragment layout" for .m8n8 / .b16: each
 // lane holds two consecutive elements of one row of each matrix (row = lane / 4,

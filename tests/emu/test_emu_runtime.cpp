@@ -12,42 +12,21 @@
 
 #include "common/numeric.hpp"
 #include "emu_kernels.hpp"
-#include "pb_emu_testing.hpp"
+#include "emu_test_util.hpp"
 
 namespace {
 
-// A device buffer of T for one test.
-template <class T>
-struct Dev {
-  T* p = nullptr;
-  std::size_t n;
-  explicit Dev(std::size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess); }
-  ~Dev() { cudaFree(p); }
-  std::vector<T> get() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void set(const std::vector<T>& h) { EXPECT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
-};
+using pb_emu_test::Dev;
 
-class EmuRuntime : public ::testing::Test {
+class EmuRuntime : public pb_emu_test::EmuStreamTest {
  protected:
-  void SetUp() override { ASSERT_EQ(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), cudaSuccess); }
-  void TearDown() override {
-    pb_emu::reset_after_failure_for_tests();
-    cudaStreamDestroy(s_);
-    pb_emu::reset_after_failure_for_tests();
-  }
-  // The launches made so far fail with an error whose message contains `what`.
+  // The launches made so far fail with an error whose message contains `what` and names the block.
   void expect_launch_failure(const std::string& what) {
-    const cudaError_t e = cudaStreamSynchronize(s_);
-    ASSERT_EQ(e, cudaErrorLaunchFailure) << cudaGetErrorName(e);
-    const std::string msg = cudaGetErrorString(e);
-    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+    EmuStreamTest::expect_launch_failure(what);
+    if (HasFatalFailure()) return;
+    const std::string msg = cudaGetErrorString(cudaErrorLaunchFailure);  // the failure's message, as the base read it
     EXPECT_NE(msg.find("block ("), std::string::npos) << "the message names the block: " << msg;
   }
-  cudaStream_t s_ = nullptr;
 };
 
 // ---- intrinsics --------------------------------------------------------------------

@@ -6,21 +6,35 @@
 # a tiny mixture of experts; MLA decode attention on DeepSeek-V2-Lite's shape); every point must be
 # prepared and verified (none wrong, none skipped), and timing must be refused.
 # Run by CTest: cmake -DPHASEBENCH_EMU_BINARY=... -DMODEL=... -P verify_sweep.cmake
-execute_process(
-  COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --verify-only --model ${MODEL} --dtype bf16,fp16
-          --ops prefill_linear,decode_linear,decode_attention,kv_append,prefill_attention,layer,free
-          --batches 1,2 --prompts 17,64 --decode-batches 1,3,16,20 --attention-batches 1,3 --contexts 33,1000
-          --append-batches 1,5 --append-context 100 --prefill-attention-prompts 65,130 --page-size 16
-          --shape 5,40,72
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-message("${out}${err}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "phasebench-emu --verify-only exited with ${rc}")
-endif()
-if(out MATCHES "WRONG|ERROR|skipped ")
-  message(FATAL_ERROR "a point was wrong, failed or was skipped")
-endif()
-foreach(want
+# verify_only(WHAT ARGS <run arguments> WANTS <patterns>): phasebench-emu's
+# `run --backend=cuda --verify-only ARGS` exits 0 with no point wrong, failed or
+# skipped, and for each of WANTS some verified point's line matches it.
+function(verify_only what)
+  cmake_parse_arguments(V "" "" "ARGS;WANTS" ${ARGN})
+  execute_process(
+    COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --verify-only ${V_ARGS}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${out}${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "phasebench-emu --verify-only (${what}) exited with ${rc}")
+  endif()
+  if(out MATCHES "WRONG|ERROR|skipped ")
+    message(FATAL_ERROR "a point (${what}) was wrong, failed or was skipped")
+  endif()
+  foreach(want ${V_WANTS})
+    if(NOT out MATCHES "${want}")
+      message(FATAL_ERROR "no verified point matches '${want}'")
+    endif()
+  endforeach()
+endfunction()
+
+verify_only("every op group"
+  ARGS --model ${MODEL} --dtype bf16,fp16
+       --ops prefill_linear,decode_linear,decode_attention,kv_append,prefill_attention,layer,free
+       --batches 1,2 --prompts 17,64 --decode-batches 1,3,16,20 --attention-batches 1,3 --contexts 33,1000
+       --append-batches 1,5 --append-context 100 --prefill-attention-prompts 65,130 --page-size 16
+       --shape 5,40,72
+  WANTS
     "ok +prefill/linear/.*impl:blas"
     "ok +decode/gemv/.*batch:3/impl:own"
     "ok +decode/gemv/.*batch:20/impl:blas"
@@ -33,51 +47,23 @@ foreach(want
     "ok +prefill/layer/"
     "ok +decode/layer/"
     "ok +free/linear/5x40x72/.*impl:own")
-  if(NOT out MATCHES "${want}")
-    message(FATAL_ERROR "no verified point matches '${want}'")
-  endif()
-endforeach()
 # The MoE experts (cuBLAS's grouped GEMM) on a tiny mixture of experts, every
 # routing and 16-bit type, decode and prefill.
-execute_process(
-  COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --verify-only --model ${MOE_MODEL} --dtype bf16,fp16 --ops moe
-          --moe-decode-batches 1,3,16 --moe-prompts 17 --routing uniform,zipf:1.5,hot:0.5
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-message("${out}${err}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "phasebench-emu --verify-only --ops moe exited with ${rc}")
-endif()
-if(out MATCHES "WRONG|ERROR|skipped ")
-  message(FATAL_ERROR "a MoE point was wrong, failed or was skipped")
-endif()
-foreach(want
+verify_only("moe"
+  ARGS --model ${MOE_MODEL} --dtype bf16,fp16 --ops moe
+       --moe-decode-batches 1,3,16 --moe-prompts 17 --routing uniform,zipf:1.5,hot:0.5
+  WANTS
     "ok +decode/moe/tiny-moe.experts/bf16/batch:1/routing:uniform/impl:blas"
     "ok +decode/moe/tiny-moe.experts/fp16/batch:16/routing:hot:0.5/impl:blas"
     "ok +prefill/moe/tiny-moe.experts/bf16/prompt:17/routing:zipf:1.5/impl:blas")
-  if(NOT out MATCHES "${want}")
-    message(FATAL_ERROR "no verified point matches '${want}'")
-  endif()
-endforeach()
 # MLA decode attention (tensor cores, split-KV) on DeepSeek-V2-Lite's shape at
 # small sizes: contiguous and paged, bf16 and fp16.
-execute_process(
-  COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --verify-only --dtype bf16,fp16 --ops latent_attention
-          --model deepseek-v2-lite --mla-batches 1,3 --mla-contexts 40 --mla-page-size 16
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-message("${out}${err}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "phasebench-emu --verify-only --ops latent_attention exited with ${rc}")
-endif()
-if(out MATCHES "WRONG|ERROR|skipped ")
-  message(FATAL_ERROR "an MLA point was wrong, failed or was skipped")
-endif()
-foreach(want
+verify_only("latent_attention"
+  ARGS --dtype bf16,fp16 --ops latent_attention
+       --model deepseek-v2-lite --mla-batches 1,3 --mla-contexts 40 --mla-page-size 16
+  WANTS
     "ok +decode/latent_attention/deepseek-v2-lite/bf16/batch:1/context:40"
     "ok +decode/latent_attention_paged/deepseek-v2-lite/fp16/batch:3/context:40/page:16")
-  if(NOT out MATCHES "${want}")
-    message(FATAL_ERROR "no verified point matches '${want}'")
-  endif()
-endforeach()
 # The emulated build refuses to time, with a message that says why.
 execute_process(
   COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --model ${MODEL} --ops decode_linear --decode-batches 1
