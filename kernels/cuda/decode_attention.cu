@@ -1118,13 +1118,12 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
 PHASEBENCH_CUDA_OPS(decode_attention) {
   using namespace phasebench;
   using namespace phasebench::cuda;
-  auto types = [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16; };
   auto workspace = [](const OpRequest& r, const Context& ctx) -> std::uint64_t {
     return split_plan(ctx, r).workspace_floats * sizeof(float);
   };
   auto prepare = [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
     return std::make_unique<DecodeAttentionOp>(ctx, r);
   };
-  registry.add({kDecodeAttention, Impl::own, types, {}, request_unsupported, workspace, prepare});
-  registry.add({kDecodeAttentionPaged, Impl::own, types, {}, request_unsupported, workspace, prepare});
+  registry.add({kDecodeAttention, Impl::own, takes_16bit, {}, request_unsupported, workspace, prepare});
+  registry.add({kDecodeAttentionPaged, Impl::own, takes_16bit, {}, request_unsupported, workspace, prepare});
 }

@@ -318,7 +318,7 @@ std::string DecodeGemv::describe() const {
 PHASEBENCH_CUDA_OPS(decode_gemv) {
   using namespace phasebench;
   using namespace phasebench::cuda;
-  registry.add({kLinear, Impl::own, [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16; },
+  registry.add({kLinear, Impl::own, takes_16bit,
                 [](const OpRequest& r) { return r.shape["M"] <= kGemvMaxBatch; },
                 [](const OpRequest& r, const Context&) { return decode_gemv_unsupported(r.dtype, LinearShape::of(r.shape)); },
                 // The split-K reduction's fp32 accumulators and arrival counters.

@@ -576,13 +576,12 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
 PHASEBENCH_CUDA_OPS(decode_latent_attention) {
   using namespace phasebench;
   using namespace phasebench::cuda;
-  auto types = [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16; };
   auto workspace = [](const OpRequest& r, const Context& ctx) -> std::uint64_t {
     return split_plan(ctx, r).workspace_floats * sizeof(float);
   };
   auto prepare = [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
     return std::make_unique<LatentAttentionOp>(ctx, r);
   };
-  registry.add({kDecodeLatentAttention, Impl::own, types, {}, request_unsupported, workspace, prepare});
-  registry.add({kDecodeLatentAttentionPaged, Impl::own, types, {}, request_unsupported, workspace, prepare});
+  registry.add({kDecodeLatentAttention, Impl::own, takes_16bit, {}, request_unsupported, workspace, prepare});
+  registry.add({kDecodeLatentAttentionPaged, Impl::own, takes_16bit, {}, request_unsupported, workspace, prepare});
 }

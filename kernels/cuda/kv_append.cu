@@ -277,10 +277,9 @@ PHASEBENCH_CUDA_OPS(kv_append) {
   using namespace phasebench;
   using namespace phasebench::cuda;
   // A bit-exact copy of 16-bit elements.
-  auto types = [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16; };
   auto prepare = [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
     return std::make_unique<KvAppendOp>(ctx, r);
   };
-  registry.add({kKvAppend, Impl::own, types, {}, request_unsupported, {}, prepare});
-  registry.add({kKvAppendPaged, Impl::own, types, {}, request_unsupported, {}, prepare});
+  registry.add({kKvAppend, Impl::own, takes_16bit, {}, request_unsupported, {}, prepare});
+  registry.add({kKvAppendPaged, Impl::own, takes_16bit, {}, request_unsupported, {}, prepare});
 }

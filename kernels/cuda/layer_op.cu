@@ -556,7 +556,7 @@ std::optional<std::string> layer_op_unsupported(const OpRequest& r, const Contex
 PHASEBENCH_CUDA_OPS(layer) {
   using namespace phasebench;
   using namespace phasebench::cuda;
-  registry.add({kLayer, Impl::own, [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16; }, {},
+  registry.add({kLayer, Impl::own, takes_16bit, {},
                 layer_op_unsupported,
                 // Decode attention's split-KV workspace, beyond the declared footprint.
                 [](const OpRequest& r, const Context& ctx) -> std::uint64_t {

@@ -648,10 +648,9 @@ class PrefillAttentionOp final : public PreparedOp, public AttentionOpAccess {
 PHASEBENCH_CUDA_OPS(prefill_attention) {
   using namespace phasebench;
   using namespace phasebench::cuda;
-  auto types = [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16; };
   auto prepare = [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
     return std::make_unique<PrefillAttentionOp>(ctx, r);
   };
-  registry.add({kPrefillAttention, Impl::own, types, {}, request_unsupported, {}, prepare});
-  registry.add({kPrefillAttention, Impl::blas, types, {}, request_unsupported, scores_bytes, prepare});
+  registry.add({kPrefillAttention, Impl::own, takes_16bit, {}, request_unsupported, {}, prepare});
+  registry.add({kPrefillAttention, Impl::blas, takes_16bit, {}, request_unsupported, scores_bytes, prepare});
 }
