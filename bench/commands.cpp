@@ -16,6 +16,7 @@
 #include <map>
 
 #include "backend.hpp"
+#include "counters.hpp"
 #include "crossings.hpp"
 #include "fixture.hpp"
 #include "phasebench/analytical.hpp"
@@ -141,8 +142,8 @@ std::string join_sizes(const std::vector<std::uint64_t>& v) {
   return s;
 }
 
-void add_run_flags(CLI::App& app, RunFlags& f) {
-  app.add_option("--backend", f.backend, "auto, cuda or cpu")->envname("PHASEBENCH_BACKEND");
+// What selects a sweep's points: models, dtypes, the operations' axes, free shapes, groups.
+void add_sweep_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--model", f.models,
                  "short names or config.json paths, comma-separated (default llama-3.1-8b; on a GPU the attention "
                  "benchmarks add llama-3.1-70b unless --model is given)")
@@ -164,6 +165,12 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   std::string groups = "groups to run, comma-separated (default: all):";
   for (const auto& g : OpRegistry::get().groups()) groups += "\n  " + g.name + ": " + g.help;
   app.add_option("--ops", f.ops, groups)->envname("PHASEBENCH_OPS");
+  app.add_flag("--no-blas", f.no_blas, "omit the vendor-library comparison rows next to our own kernels");
+}
+
+void add_run_flags(CLI::App& app, RunFlags& f) {
+  app.add_option("--backend", f.backend, "auto, cuda or cpu")->envname("PHASEBENCH_BACKEND");
+  add_sweep_flags(app, f);
   app.add_option("--out", f.out, "results file (default results/<device>/<UTC time>.json); never replaced unless --overwrite");
   app.add_flag("--overwrite", f.overwrite, "replace the --out file if it exists");
   app.add_option("--cache", f.cache, "cold (flush the last-level cache before each sample) or hot");
@@ -174,7 +181,6 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_flag("--no-calibrate", f.no_calibrate, "skip measuring ceilings (percentages then use the datasheet)");
   app.add_flag("--no-paired-read", f.no_paired_read,
                "no streaming read before each sample of memory-bound points of >= 4x LLC (CPU backend; cold cache)");
-  app.add_flag("--no-blas", f.no_blas, "omit the vendor-library comparison rows next to our own kernels");
   app.add_flag("--profile", f.profile, "run each selected point once between profiler start/stop, no statistics");
   app.add_flag("--verify-only", f.verify_only,
                "prepare every selected point and check it against its reference; time nothing, write no results file "
@@ -447,6 +453,99 @@ int cmd_run(int argc, char** argv) {
   }
 }
 
+int cmd_counters(int argc, char** argv) {
+  CLI::App app{"Count what each selected point's kernels do, as Nsight Compute would count it (memory requests and "
+               "sectors, distinct bytes, shared-memory wavefronts and bank conflicts, barriers, bytes in flight, "
+               "registers and occupancy), on the CUDA emulation's counting build, and estimate each point's speed "
+               "of light on a GPU of the spec table. Counts and a model: nothing is timed.",
+               "phasebench counters"};
+  RunFlags f;
+  add_sweep_flags(app, f);
+  std::string gpu = "h200-sxm", filter;
+  bool list = false;
+  app.add_option("--gpu", gpu, "the GPU the estimate is for, and the emulated device's limits: " + counted_gpus());
+  app.add_option("--benchmark_filter", filter, "points whose names match this regular expression (as for run; -REGEX: "
+                                               "those that do not)");
+  app.add_flag("--benchmark_list_tests", list, "list the selected points and count nothing");
+  app.add_option("--out", f.out,
+                 "counters file (default results/counters/<gpu>/<UTC time>.json); never replaced unless --overwrite");
+  app.add_flag("--overwrite", f.overwrite, "replace the --out file if it exists");
+  return run_command(app, argc, argv, [&]() -> int {
+    const GpuSpec spec = GpuTable::load().get(gpu);
+    const auto target = emulated_target_for(spec.key);
+    if (!target)
+      throw InputError("--gpu " + quote_value(gpu) + ": the emulation stands in for " + counted_gpus() +
+                       " only (their SM counts and shared-memory limits decide occupancy)");
+    if (const char* env = std::getenv("PB_EMU_TARGET"); env && *env && *target != env)
+      throw InputError(std::string("PB_EMU_TARGET=") + env + " contradicts --gpu " + spec.key + " (target " + *target +
+                       "); unset PB_EMU_TARGET, or give the matching --gpu");
+    ::setenv("PB_EMU_TARGET", target->c_str(), 1);  // before the emulated device is first asked
+    SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr);
+    std::string why;
+    auto backend = make_backend("cuda", &why);
+    if (auto no = backend->cannot_count()) throw InputError("counters: " + *no);
+    apply_defaults(cfg, *backend);
+    const auto points = build_sweep(cfg, *backend);
+    if (points.empty()) throw InputError("the sweep is empty: no selected operation is implemented for these dtypes");
+    const auto selected = select_points(points, filter);
+    if (selected.empty())
+      throw InputError("--benchmark_filter=" + quote_value(filter) + " matches none of the " + std::to_string(points.size()) +
+                       " points of this sweep (--benchmark_list_tests without the filter lists them)");
+    if (list) {
+      for (const Point* p : selected) std::cout << p->name << "\n";
+      return 0;
+    }
+    const std::string path = f.out.empty() ? default_results_path(source_root() + "/counters", spec.key) : f.out;
+    nlohmann::json ctx;
+    ctx["kind"] = "counters";
+    ctx["counters_schema_version"] = kCountersSchemaVersion;
+    ctx["gpu"] = {{"key", spec.key}, {"name", spec.name}};
+    ctx["emulated_target"] = *target;
+    ctx["device"] = device_json(backend->device());
+    std::string cmdline;
+    for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
+    ctx["command_line"] = cmdline;
+    ctx["notes"] = "Counts of one run() of each point on the functional CUDA emulation's counting build (deterministic: "
+                   "any change is a real change) and a speed-of-light estimate for the GPU (an upper bound from a "
+                   "model, not a measurement). docs/design.md, \"Counters\", maps each counter to its Nsight Compute metric.";
+    ResultsFile file(path, ctx, f.overwrite);
+    std::snprintf(g_lock_path, sizeof g_lock_path, "%s", file.lock_path().c_str());
+    std::snprintf(g_interrupt_message, sizeof g_interrupt_message,
+                  "\nphasebench: interrupted; the counters of the finished points are in %s\n", path.c_str());
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
+    const auto tally = count_points(*backend, selected, spec, file, std::cout, std::cerr);
+    file.set_complete(true);
+    file.write();
+    g_lock_path[0] = '\0';
+    std::cout << fmt::format("\ncounted {} point(s): {} ok, {} skipped, {} errors\ncounters: {}\n", selected.size(), tally.ok,
+                             tally.skipped, tally.errors, path);
+    return tally.errors > 0 ? 1 : 0;
+  });
+}
+
+namespace {
+// `phasebench counters` from a program that is not the counting build: the
+// counting build is phasebench-counters, beside it; hand the command over.
+int hand_to_counting_build(int argc, char** argv) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto sibling = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / "phasebench-counters";
+  if (!std::filesystem::exists(sibling))
+    throw InputError("`counters` runs on phasebench-counters, the counting build of the CUDA emulation, which is not "
+                     "beside this program (" + sibling.string() + "); scripts/build makes it where the CUDA toolkit's "
+                     "headers and GCC are");
+  std::vector<std::string> args{sibling.string()};
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::cout << std::flush;
+  ::execv(sibling.c_str(), cargs.data());
+  throw InputError("cannot run " + sibling.string() + ": " + std::strerror(errno));
+}
+}  // namespace
+
 int cmd_model(int argc, char** argv) {
   CLI::App app{"Analytical model: FLOPs, bytes, roofline times, TTFT and per-token latency from a config.", "phasebench model"};
   std::string model = "llama-3.1-8b", config, dtype = "bf16", kv_dtype, gpu = "h100-sxm", weight_dtype, routing = "uniform";
@@ -682,6 +781,7 @@ int phasebench_main(int argc, char** argv) {
       "  gpus      list the GPU spec table\n"
       "  summary   print the summary of a results file\n"
       "  overhead  compare phasebench's timing with a bare loop\n"
+      "  counters  count each point's kernels on the CUDA emulation and estimate its speed of light\n"
       "`phasebench <command> --help` describes each command's options.\n";
   if (argc < 2) {
     std::cerr << usage;
@@ -701,6 +801,7 @@ int phasebench_main(int argc, char** argv) {
     if (cmd == "gpus") return cmd_gpus(n, sub.data());
     if (cmd == "summary") return cmd_summary(n, sub.data());
     if (cmd == "overhead") return cmd_overhead(n, sub.data());
+    if (cmd == "counters") return counting_build() ? cmd_counters(n, sub.data()) : hand_to_counting_build(argc, argv);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       std::cout << usage;
       return 0;
@@ -709,7 +810,7 @@ int phasebench_main(int argc, char** argv) {
     return input_error(e.what());
   }
   return input_error("unknown command " + quote_value(cmd) +
-                     "; the commands are run, model, models, gpus, summary, overhead (phasebench --help)");
+                     "; the commands are run, model, models, gpus, summary, overhead, counters (phasebench --help)");
 }
 
 }  // namespace phasebench

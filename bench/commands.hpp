@@ -12,6 +12,7 @@ int cmd_models(int argc, char** argv);    // shipped model configs
 int cmd_gpus(int argc, char** argv);      // the GPU spec table
 int cmd_summary(int argc, char** argv);   // summary of a results file
 int cmd_overhead(int argc, char** argv);  // harness time vs a bare loop
+int cmd_counters(int argc, char** argv);  // counted memory traffic and the speed-of-light estimate
 int phasebench_main(int argc, char** argv);
 
 }  // namespace phasebench

@@ -425,29 +425,34 @@ nlohmann::json BenchContext::layer_json(const Point& p, double measured_layer_s)
   return j;
 }
 
+nlohmann::json point_identity_json(const Point& p) {
+  nlohmann::json j;
+  j["phase"] = p.phase;
+  j["op"] = p.op;
+  j["op_kind"] = p.request.kind;
+  j["model"] = p.model;
+  j["target"] = p.target;
+  j["dtype"] = to_string(p.request.dtype);
+  j["impl"] = to_string(p.request.impl);
+  j["args"] = p.args;
+  for (const auto& [k, v] : p.text_args) j["args"][k] = v;
+  const auto& decl = OpRegistry::get().op(p.request.kind);
+  j["shape"] = decl.shape_json ? decl.shape_json(p.request) : p.request.shape.to_json();
+  if (p.invalid.empty()) {  // no cost for a point whose sizes overflow
+    j["flops"] = p.cost.flops;
+    j["bytes"] = bytes_json(p.cost.bytes);
+    j["intensity"] = finite_or_null(p.cost.intensity());
+  }
+  return j;
+}
+
 nlohmann::json BenchContext::point_json(const std::string& name) const {
   const Point* p = point(name);
   if (!p) return nullptr;
   const PointOutcome* o = outcome(name);
   const auto& cost = p->cost;
-  nlohmann::json j;
-  j["phase"] = p->phase;
-  j["op"] = p->op;
-  j["op_kind"] = p->request.kind;
-  j["model"] = p->model;
-  j["target"] = p->target;
-  j["dtype"] = to_string(p->request.dtype);
-  j["impl"] = to_string(p->request.impl);
-  j["args"] = p->args;
-  for (const auto& [k, v] : p->text_args) j["args"][k] = v;
-  const auto& decl = OpRegistry::get().op(p->request.kind);
-  j["shape"] = decl.shape_json ? decl.shape_json(p->request) : p->request.shape.to_json();
-  if (p->invalid.empty()) {  // no cost for a point whose sizes overflow
-    j["flops"] = cost.flops;
-    j["bytes"] = bytes_json(cost.bytes);
-    j["beyond_caches"] = beyond_caches(cost.bytes.total(), backend_.device().cache_bytes);
-    j["intensity"] = finite_or_null(cost.intensity());
-  }
+  nlohmann::json j = point_identity_json(*p);
+  if (p->invalid.empty()) j["beyond_caches"] = beyond_caches(cost.bytes.total(), backend_.device().cache_bytes);
   j["cache"] = opts_.cold_cache ? "cold" : "hot";
   j["status"] = o ? o->status : "not run";
   if (o && !o->message.empty()) j["message"] = o->message;

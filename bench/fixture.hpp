@@ -46,6 +46,10 @@ double relative_noise(std::vector<double> samples);
 inline constexpr double kDefaultClockRatio = 0.75;
 inline constexpr std::size_t kMaxRejectedPerPoint = 50;
 
+// A point's identity and cost as its results entry records them (phase, op,
+// op_kind, model, target, dtype, impl, args, shape, flops, bytes, intensity).
+nlohmann::json point_identity_json(const Point& p);
+
 struct PointOutcome {
   std::string status = "not run";  // ok | skipped | error
   std::string message;

@@ -8,6 +8,14 @@
 
 namespace phasebench {
 
+bool counting_build() {
+#if defined(PHASEBENCH_CUDA_EMU_COUNT) && PHASEBENCH_CUDA_EMU_COUNT
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::vector<float> PreparedOp::output_values() {
   throw std::logic_error("this operation does not expose its output");
 }

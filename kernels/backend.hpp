@@ -136,6 +136,19 @@ class Backend {
   // The cumulative energy counter now, and what it counts (the JSON's energy source).
   virtual EnergyReading energy() { return {false, 0, "not available: this backend has no energy counter"}; }
   virtual std::string energy_source() const { return {}; }
+  // Counted, never timed: what the kernels of one run() of `op` did, launch by
+  // launch (memory requests and sectors, distinct bytes per buffer, shared-memory
+  // wavefronts, barriers, collectives, bytes in flight, resources and occupancy),
+  // as JSON (the counters of docs/design.md). Only the CUDA backend over the
+  // emulation's counting build (phasebench-counters) counts; cannot_count() says
+  // why any other cannot.
+  virtual std::optional<std::string> cannot_count() const {
+    return std::string("the ") + device().backend + " backend has no counters";
+  }
+  virtual nlohmann::json count(PreparedOp& op) {
+    (void)op;
+    throw std::logic_error("count: " + cannot_count().value_or("this backend cannot count"));
+  }
 };
 
 // One implementation of an operation on a backend whose state is `Env` (the
@@ -184,6 +197,8 @@ class OpImpls {
 std::unique_ptr<Backend> make_backend(const std::string& which, std::string* why);
 // Whether this build has the CUDA backend, and whether a CUDA device is present.
 bool cuda_backend_built();
+// Whether this program is the counting build of the CUDA emulation (phasebench-counters).
+bool counting_build();
 std::unique_ptr<Backend> make_cuda_backend(std::string* why);  // nullptr when no device (why says so)
 std::unique_ptr<Backend> make_cpu_backend();
 

@@ -65,6 +65,21 @@ GpuTable GpuTable::load(const std::string& path_in) {
         s.interconnect_gbps = ic.at("bandwidth_gbps_bidirectional").get<double>();
         if (!(s.interconnect_gbps > 0)) throw InputError(origin + ": " + s.key + ": interconnect bandwidth must be positive");
       }
+      if (g.contains("performance_model")) {
+        const auto& m = g.at("performance_model");
+        GpuSpec::PerformanceModel pm;
+        pm.memory_latency_ns = m.at("memory_latency_ns").get<double>();
+        pm.memory_latency_source = m.at("memory_latency_source").get<std::string>();
+        pm.mma_sync_peak_fraction = m.at("mma_sync_peak_fraction").get<double>();
+        pm.mma_sync_source = m.at("mma_sync_source").get<std::string>();
+        pm.shared_bytes_per_clock_per_sm = m.at("shared_bytes_per_clock_per_sm").get<double>();
+        pm.shared_source = m.at("shared_source").get<std::string>();
+        if (!(pm.memory_latency_ns > 0) || !(pm.mma_sync_peak_fraction > 0) || pm.mma_sync_peak_fraction > 1 ||
+            !(pm.shared_bytes_per_clock_per_sm > 0))
+          throw InputError(origin + ": performance_model needs a positive latency, a fraction in (0, 1] and positive "
+                                    "shared-memory bytes per clock");
+        s.performance_model = pm;
+      }
       for (const auto& [k, v] : g.at("peak_tflops_dense").items()) {
         if (k == "fp64") continue;
         s.peak_tflops[parse_dtype(k)] = v.get<double>();

@@ -23,6 +23,10 @@
 #include "cuda/stream_read.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/nvtx.hpp"
+#if PHASEBENCH_CUDA_EMU
+#include "counting.hpp"  // the emulation's counters (kernels/cuda_emu)
+#include "resources.hpp"
+#endif
 
 namespace phasebench {
 
@@ -86,6 +90,74 @@ int attribute(cudaDeviceAttr a, int device, const char* name) {
   if (e != cudaSuccess) throw_cuda_error(e, name, __FILE__, __LINE__);
   return v;
 }
+
+#if PHASEBENCH_CUDA_EMU
+// The counters of one window as JSON: a list of launches, each with the fields
+// docs/design.md names beside their Nsight Compute metrics.
+nlohmann::json traffic_json(const pb_emu::counters::Traffic& t) {
+  return {{"requests", t.requests}, {"lanes", t.lanes}, {"bytes", t.bytes}, {"sectors", t.sectors}, {"ideal", t.ideal}};
+}
+
+nlohmann::json counters_json(const std::vector<pb_emu::counters::Launch>& launches) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& L : launches) {
+    nlohmann::json j;
+    j["kind"] = L.kind;
+    j["kernel"] = L.kernel;
+    if (L.kind != "kernel") {
+      j["bytes_read"] = L.copy_bytes_read;
+      j["bytes_written"] = L.copy_bytes_written;
+      out.push_back(std::move(j));
+      continue;
+    }
+    j["grid"] = {L.grid.x, L.grid.y, L.grid.z};
+    j["block"] = {L.block.x, L.block.y, L.block.z};
+    j["blocks"] = L.blocks;
+    j["threads_per_block"] = L.block.x * L.block.y * L.block.z;
+    j["dynamic_smem"] = L.dynamic_smem;
+    j["static_smem_emulated"] = L.static_smem;
+    if (L.failed) j["failure"] = L.failure;
+    j["global"] = {{"ld", traffic_json(L.global_ld)}, {"st", traffic_json(L.global_st)},
+                   {"atom", traffic_json(L.global_atom)}, {"ldgsts", traffic_json(L.ldgsts)}};
+    j["shared"] = {{"ld", traffic_json(L.shared_ld)}, {"st", traffic_json(L.shared_st)},
+                   {"atom", traffic_json(L.shared_atom)}, {"ldsm", traffic_json(L.ldsm)},
+                   {"ldgsts", traffic_json(L.ldgsts_shared)}};
+    j["unique_bytes_read"] = L.unique_read;
+    j["unique_bytes_written"] = L.unique_written;
+    j["sectors_read"] = L.sectors_read;
+    j["sectors_written"] = L.sectors_written;
+    j["barriers"] = L.barriers;
+    j["shfl"] = L.shfl;
+    j["vote"] = L.vote;
+    j["syncwarp"] = L.syncwarp;
+    j["collective_lanes"] = L.collective_lanes;
+    j["mma"] = L.mma;
+    j["warps"] = L.warps;
+    j["memory_instructions"] = L.memory_instructions();
+    j["memory_lanes"] = L.memory_lanes();
+    j["inflight"] = {{"mean_bytes_per_thread", L.inflight_events ? L.inflight_sum / static_cast<double>(L.inflight_events) : 0.0},
+                     {"max_bytes_per_thread", L.inflight_max},
+                     {"events", L.inflight_events},
+                     {"async_events", L.inflight_async_events}};
+    j["other_accesses"] = L.other_accesses;
+    nlohmann::json bufs = nlohmann::json::array();
+    for (const auto& b : L.buffers)
+      bufs.push_back({{"id", b.id}, {"size", b.size}, {"unique_bytes_read", b.unique_read},
+                      {"unique_bytes_written", b.unique_written}, {"sectors_read", b.sectors_read},
+                      {"sectors_written", b.sectors_written}, {"ld", traffic_json(b.ld)}, {"st", traffic_json(b.st)},
+                      {"atom", traffic_json(b.atom)}, {"ldgsts", traffic_json(b.ldgsts)}});
+    j["buffers"] = std::move(bufs);
+    const auto& r = L.resources;
+    j["resources"] = {{"known", r.known}, {"arch", r.arch}, {"registers", r.registers}, {"static_smem", r.static_smem},
+                      {"stack_frame", r.stack_frame}, {"spill_stores", r.spill_stores}, {"spill_loads", r.spill_loads}};
+    const auto& o = L.occupancy;
+    j["occupancy"] = {{"blocks_per_sm", o.blocks_per_sm}, {"warps_per_sm", o.warps_per_sm},
+                      {"max_warps_per_sm", o.max_warps_per_sm}, {"limiter", o.limiter}, {"from_resources", o.from_resources}};
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+#endif
 
 // What the backend hands out: the operation plus what timing learns about it
 // (whether one launch is too short to time alone, and the graph then used).
@@ -342,6 +414,37 @@ class CudaBackend final : public Backend {
   // The limiters' violation counters and NVML's clock samples around a group of
   // samples; the clocks read after each sample stand in when NVML took no clock
   // sample inside the group (it samples every ~10-100 ms).
+  std::optional<std::string> cannot_count() const override {
+#if PHASEBENCH_CUDA_EMU
+    if (pb_emu::counters::available()) return std::nullopt;
+    return pb_emu::counters::unavailable_reason();
+#else
+    return std::string(
+        "counters come from the counting build of the CUDA emulation (phasebench-counters); on a GPU, Nsight "
+        "Compute reads the same metrics (scripts/ncu-profile, scripts/gpu-check's ncu step)");
+#endif
+  }
+
+  nlohmann::json count(PreparedOp& op_in) override {
+    if (auto why = cannot_count()) throw std::logic_error("count: " + *why);
+#if PHASEBENCH_CUDA_EMU
+    auto& op = dynamic_cast<TimedOp&>(op_in);
+    PB_CUDA_CHECK(cudaDeviceSynchronize());  // what verify() and the fills queued runs outside the window
+    pb_emu::counters::begin();
+    try {
+      op.run();
+      PB_CUDA_CHECK(cudaDeviceSynchronize());
+    } catch (...) {
+      pb_emu::counters::end();
+      throw;
+    }
+    return counters_json(pb_emu::counters::end());
+#else
+    (void)op_in;
+    return nullptr;
+#endif
+  }
+
   void begin_sample_group() override {
     group_ = Group{};
     group_.active = true;
@@ -537,6 +640,10 @@ class CudaBackend final : public Backend {
     j["cublaslt_workspace_bytes"] = kWorkspaceBytes;
     j["clocks"] = nvml_->available() ? "NVML (libnvidia-ml.so.1)" : nvml_->why_unavailable();
     if (functional_emulation()) j["functional_emulation"] = kEmulationCannotTime;
+#if PHASEBENCH_CUDA_EMU
+    j["kernel_resources"] = pb_emu::resource_table_source();
+    j["counting_build"] = pb_emu::counters::available();
+#endif
     try {
       info_.spec = GpuTable::load().match_driver_name(info_.name);
     } catch (const std::exception& e) {

@@ -348,6 +348,7 @@ cudaError_t run_gemm(const Gemm& g) {
 // Puts a library call's work on its stream (capturable into a graph, as cuBLAS's is).
 cublasStatus_t enqueue_work(pb_emu::Op op, cudaStream_t stream, const std::string& call) {
   op.capturable = true;
+  op.counted = "library";  // a reference GEMM, not the library's kernels: not counted
   if (cudaError_t e = pb_emu::enqueue(stream, std::move(op)); e != cudaSuccess)
     return fail(CUBLAS_STATUS_EXECUTION_FAILED, call,
                 std::string("the stream did not take the work: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");

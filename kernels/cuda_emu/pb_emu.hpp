@@ -44,6 +44,15 @@
 #undef __launch_bounds__
 #define __launch_bounds__(...)
 
+// The emulation's own code that the kernels' files include (shuffles, the launch
+// closure): in the counting build it is not instrumented, since its accesses
+// (other lanes' operands, the launch's arguments) are not the kernel's.
+#if defined(PB_EMU_COUNT) && PB_EMU_COUNT
+#define PB_EMU_INTERNAL __attribute__((no_sanitize("thread")))
+#else
+#define PB_EMU_INTERNAL
+#endif
+
 namespace pb_emu {
 
 // ---- where a thread is ----------------------------------------------------------
@@ -116,7 +125,7 @@ std::string hex_mask(unsigned mask);
 
 // Shuffles: mode 0 idx, 1 xor, 2 down, 3 up, with CUDA's width semantics.
 template <class T>
-T shfl(unsigned mask, T v, int sel, int width, int mode, const Site& site) {
+PB_EMU_INTERNAL T shfl(unsigned mask, T v, int sel, int width, int mode, const Site& site) {
   static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "pb_emu: shuffle of a type wider than 8 bytes");
   if (width < 1 || width > 32 || (width & (width - 1)))
     device_fail(std::string(site.what) + ": width " + std::to_string(width) + " is not a power of two in 1..32");
@@ -124,7 +133,7 @@ T shfl(unsigned mask, T v, int sel, int width, int mode, const Site& site) {
     T in, out;
     int sel, width;
   } mine{v, v, sel, width};
-  warp_collective(mask, site, &mine, [&](void* const* ps, unsigned m) {
+  warp_collective(mask, site, &mine, [&](void* const* ps, unsigned m) PB_EMU_INTERNAL {
     for (unsigned lane = 0; lane < 32; ++lane) {
       if (!(m >> lane & 1u)) continue;
       auto& p = *static_cast<Payload*>(ps[lane]);
@@ -202,7 +211,7 @@ struct LaunchConfig {
       using Closure = std::pair<F, std::tuple<std::decay_t<decltype(a)>...>>;
       auto* c = new Closure{f, std::tuple<std::decay_t<decltype(a)>...>(a...)};
       enqueue_grid(
-          l, c, [](void* p) {
+          l, c, [](void* p) PB_EMU_INTERNAL {
             auto& cl = *static_cast<Closure*>(p);
             auto args = cl.second;  // every thread starts from its own copy of the arguments
             std::apply(cl.first, args);
@@ -308,16 +317,31 @@ inline int __all_sync(unsigned m, int p, const char* file = __builtin_FILE(), in
   return static_cast<int>(::pb_emu::vote(m, p != 0, 2, PB_EMU_SITE("__all_sync")));
 }
 
+// The counting build (PB_EMU_COUNT, counting.hpp) instruments the kernels with
+// GCC's ThreadSanitizer hooks; accesses the emulation makes in its own helpers
+// are reported by the helpers instead, which are then real calls (so that the
+// return address names the instruction) and not instrumented themselves.
+namespace pb_emu {
+void check_access(const void* p, std::size_t align, const char* what);
+// kind: 0 load, 1 store, 2 atomic (counting.hpp's event::Kind gld, gst, gatom).
+void counted_access(const void* p, std::size_t bytes, int kind, const void* site);
+}
+#if defined(PB_EMU_COUNT) && PB_EMU_COUNT
+#define PB_EMU_HELPER __attribute__((noinline, no_sanitize("thread")))
+#define PB_EMU_COUNT_ACCESS(p, n, kind) ::pb_emu::counted_access(p, n, kind, __builtin_return_address(0))
+#else
+#define PB_EMU_HELPER
+#define PB_EMU_COUNT_ACCESS(p, n, kind) ((void)0)
+#endif
+
 // Blocks run one after another and a thread runs until its next barrier or
 // collective, so an atomic is a plain read-modify-write; the address checks are
 // the hardware's (natural alignment).
-namespace pb_emu {
-void check_access(const void* p, std::size_t align, const char* what);
-}
 #define PB_EMU_ATOMIC(name, expr)                                  \
   template <class T, class U>                                      \
-  inline T name(T* p, U v_in) {                                    \
+  PB_EMU_HELPER inline T name(T* p, U v_in) {                      \
     ::pb_emu::check_access(p, sizeof(T), #name);                   \
+    PB_EMU_COUNT_ACCESS(p, sizeof(T), 2);                          \
     const T v = static_cast<T>(v_in);                              \
     const T old = *p;                                              \
     *p = (expr);                                                   \
@@ -333,8 +357,9 @@ PB_EMU_ATOMIC(atomicOr, old | v)
 PB_EMU_ATOMIC(atomicXor, old ^ v)
 #undef PB_EMU_ATOMIC
 template <class T>
-inline T atomicCAS(T* p, T compare, T val) {
+PB_EMU_HELPER inline T atomicCAS(T* p, T compare, T val) {
   ::pb_emu::check_access(p, sizeof(T), "atomicCAS");
+  PB_EMU_COUNT_ACCESS(p, sizeof(T), 2);
   const T old = *p;
   if (old == compare) *p = val;
   return old;
@@ -346,8 +371,9 @@ inline void __threadfence_system() {}
 // Cache-hinted loads and stores: plain accesses, with the alignment check the hardware makes.
 #define PB_EMU_LOAD(name)                              \
   template <class T>                                   \
-  inline T name(const T* p) {                          \
+  PB_EMU_HELPER inline T name(const T* p) {            \
     ::pb_emu::check_access(p, alignof(T), #name);      \
+    PB_EMU_COUNT_ACCESS(p, sizeof(T), 0);              \
     return *p;                                         \
   }
 PB_EMU_LOAD(__ldg)
@@ -359,8 +385,9 @@ PB_EMU_LOAD(__ldcv)
 #undef PB_EMU_LOAD
 #define PB_EMU_STORE(name)                             \
   template <class T>                                   \
-  inline void name(T* p, T v) {                        \
+  PB_EMU_HELPER inline void name(T* p, T v) {          \
     ::pb_emu::check_access(p, alignof(T), #name);      \
+    PB_EMU_COUNT_ACCESS(p, sizeof(T), 1);              \
     *p = v;                                            \
   }
 PB_EMU_STORE(__stwb)

@@ -40,8 +40,9 @@ void ldmatrix_m8n8_b16(unsigned* r, int num, bool trans, std::size_t shared_addr
 // group it was committed in; until then the destination keeps its old contents (the
 // emulation completes each copy at the latest moment the PTX ISA allows, so a read
 // before the wait sees stale data and fails verification). The source is read at issue.
+// `site` names the instruction for the counters (a return address in the counting build, else 0).
 void cp_async_shared_global(std::size_t dst_shared, const void* src, int cp_size, int src_size, const char* what,
-                            const char* file, int line);
+                            const char* file, int line, const void* site);
 // cp.async.commit_group: this thread's copies not yet in a group become the newest group.
 void cp_async_commit_group_impl();
 // cp.async.wait_group n: every committed group of this thread but the newest n is complete
@@ -52,9 +53,10 @@ namespace ptx {
 
 // ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {x, y, z, w}, [p]: 16 bytes through the
 // non-coherent (read-only) path; p must be 16-byte aligned.
-inline void ld_global_nc_L1__no_allocate_L2__256B_v4_u32(unsigned& x, unsigned& y, unsigned& z, unsigned& w,
-                                                         const void* p) {
+PB_EMU_HELPER inline void ld_global_nc_L1__no_allocate_L2__256B_v4_u32(unsigned& x, unsigned& y, unsigned& z,
+                                                                       unsigned& w, const void* p) {
   check_access(p, 16, "ld.global.nc.L1::no_allocate.L2::256B.v4.u32");
+  PB_EMU_COUNT_ACCESS(p, 16, 0);
   unsigned v[4];
   std::memcpy(v, p, 16);
   x = v[0];
@@ -120,14 +122,20 @@ PB_EMU_LDMATRIX_X4(ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16, true, "ldmatr
 
 // cp.async.cg.shared.global [dst], [src], 16{, src_size}; (.cg takes only cp-size 16,
 // so the literal 16 of the template, which cu2emu.py does not pass, is implied.)
-inline void cp_async_cg_shared_global(std::size_t dst, const void* src, const char* file = __builtin_FILE(),
-                                      int line = __builtin_LINE()) {
-  cp_async_shared_global(dst, src, 16, 16, "cp.async.cg.shared.global", file, line);
+#if defined(PB_EMU_COUNT) && PB_EMU_COUNT
+#define PB_EMU_PTX_SITE __builtin_return_address(0)
+#else
+#define PB_EMU_PTX_SITE nullptr
+#endif
+PB_EMU_HELPER inline void cp_async_cg_shared_global(std::size_t dst, const void* src, const char* file = __builtin_FILE(),
+                                                    int line = __builtin_LINE()) {
+  cp_async_shared_global(dst, src, 16, 16, "cp.async.cg.shared.global", file, line, PB_EMU_PTX_SITE);
 }
-inline void cp_async_cg_shared_global(std::size_t dst, const void* src, int src_size,
-                                      const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-  cp_async_shared_global(dst, src, 16, src_size, "cp.async.cg.shared.global", file, line);
+PB_EMU_HELPER inline void cp_async_cg_shared_global(std::size_t dst, const void* src, int src_size,
+                                                    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  cp_async_shared_global(dst, src, 16, src_size, "cp.async.cg.shared.global", file, line, PB_EMU_PTX_SITE);
 }
+#undef PB_EMU_PTX_SITE
 inline void cp_async_commit_group() { cp_async_commit_group_impl(); }
 inline void cp_async_wait_group(int n, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   cp_async_wait_group_impl(n, file, line);

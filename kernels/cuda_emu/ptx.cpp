@@ -12,7 +12,9 @@
 #include <vector>
 
 #define PB_EMU_RUNTIME
+#include "counting.hpp"
 #include "pb_emu.hpp"
+#include "runtime_internal.hpp"
 
 namespace pb_emu {
 
@@ -114,6 +116,7 @@ const unsigned char* shared_operand(std::size_t addr, std::size_t bytes, std::si
 
 struct LdmatrixPayload {
   const unsigned char* row;  // this lane's row address (nullptr when it supplies none)
+  std::size_t window;        // and its .shared address
   unsigned* r;
 };
 
@@ -125,9 +128,19 @@ void ldmatrix_m8n8_b16(unsigned* r, int num, bool trans, std::size_t shared_addr
   // Each lane that supplies a row checks its own address (the message names it).
   LdmatrixPayload mine{lane < 8u * static_cast<unsigned>(num) ? shared_operand(shared_addr, 16, 16, what, "row")
                                                               : nullptr,
-                       r};
+                       shared_addr, r};
+  const unsigned warp = this_thread(what).warp;
+  const std::uintptr_t site = counters::available() ? counters::site_key(file, line) : 0;
   // .aligned: all 32 threads of the warp execute the same ldmatrix.
-  warp_collective(0xffffffffu, Site{what, file, line, true}, &mine, [num, trans](void* const* ps, unsigned) {
+  warp_collective(0xffffffffu, Site{what, file, line, true}, &mine, [num, trans, site, warp](void* const* ps, unsigned) {
+    std::size_t windows[32];
+    const unsigned char* rows[32];
+    for (int i = 0; i < 8 * num; ++i) {
+      windows[i] = static_cast<const LdmatrixPayload*>(ps[i])->window;
+      rows[i] = static_cast<const LdmatrixPayload*>(ps[i])->row;
+    }
+    // Before the rows are read: the race check must see the reads of this instruction.
+    counters::event::ldmatrix(windows, rows, num, site, warp);
     std::uint16_t M[4][8][8];
     for (int i = 0; i < num; ++i)
       for (int row = 0; row < 8; ++row)
@@ -161,6 +174,10 @@ struct PendingCopy {
   unsigned char* dst;
   unsigned char bytes[16];
   int n;
+  int src_bytes;                       // of them read from global memory (the rest is zero fill)
+  std::size_t window;                  // the destination's .shared address
+  unsigned barrier_epoch, sync_epoch;  // when it was issued (the race check)
+  std::uintptr_t site;
 };
 
 struct AsyncCopies {
@@ -185,9 +202,7 @@ AsyncCopies& async_copies() {
 }  // namespace
 
 void cp_async_shared_global(std::size_t dst_shared, const void* src, int cp_size, int src_size, const char* what,
-                            const char* file, int line) {
-  (void)file;
-  (void)line;
+                            const char* file, int line, const void* site) {
   if (cp_size != 4 && cp_size != 8 && cp_size != 16)
     device_fail(std::string(what) + ": cp-size " + std::to_string(cp_size) + " is not 4, 8 or 16");
   if (src_size < 0 || src_size > cp_size)
@@ -199,8 +214,16 @@ void cp_async_shared_global(std::size_t dst_shared, const void* src, int cp_size
   if (is_shared_address(src, static_cast<std::size_t>(cp_size)))
     device_fail(std::string(what) + ": the source address " + hex_address(src) +
                 " is in shared memory; cp.async reads .global");
-  PendingCopy c{dst, {}, cp_size};
+  // The copy is the emulation's own (AddressSanitizer does not see it): the bytes
+  // it reads must lie in one device allocation.
+  if (auto why = check_device_range(src, static_cast<std::size_t>(src_size), "source"); !why.empty())
+    device_fail(std::string(what) + " at " + file + ":" + std::to_string(line) + ": " + why);
+  const std::uintptr_t key = site                  ? reinterpret_cast<std::uintptr_t>(site)
+                            : counters::available() ? counters::site_key(file, line)
+                                                    : 0;
+  PendingCopy c{dst, {}, cp_size, src_size, dst_shared, counters::event::barrier_epoch(), counters::event::sync_epoch(), key};
   std::memcpy(c.bytes, src, static_cast<std::size_t>(src_size));  // the zero fill is the rest of c.bytes
+  counters::event::cp_async_issue(dst_shared, dst, src, src_size, key);
   async_copies().open.push_back(c);
 }
 
@@ -215,8 +238,12 @@ void cp_async_wait_group_impl(int n, const char* file, int line) {
   (void)line;
   if (n < 0) device_fail("cp.async.wait_group: a negative group count " + std::to_string(n));
   AsyncCopies& a = async_copies();
+  counters::event::cp_async_wait_begin();
   while (a.groups.size() > static_cast<std::size_t>(n)) {
-    for (const PendingCopy& c : a.groups.front()) std::memcpy(c.dst, c.bytes, static_cast<std::size_t>(c.n));
+    for (const PendingCopy& c : a.groups.front()) {
+      counters::event::cp_async_land(c.dst, c.window, c.src_bytes, c.barrier_epoch, c.sync_epoch, c.site);
+      std::memcpy(c.dst, c.bytes, static_cast<std::size_t>(c.n));
+    }
     a.groups.pop_front();
   }
 }

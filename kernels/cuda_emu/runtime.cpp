@@ -21,8 +21,10 @@
 #include <vector>
 
 #define PB_EMU_RUNTIME
+#include "counting.hpp"
 #include "pb_emu.hpp"
 #include "pb_emu_testing.hpp"
+#include "resources.hpp"
 #include "runtime_internal.hpp"
 
 // The runtime's own opaque handle types.
@@ -140,6 +142,7 @@ void flush(CUstream_st* s, std::uint64_t upto);
 void run_op(CUstream_st::Queued& q) {
   for (const auto& [dep, seq] : q.deps) flush(dep, seq);
   if (g_sticky != cudaSuccess) return;  // a failed context runs nothing more
+  if (q.op.counted) counters::event::runtime_work(q.op.counted, q.op.what, q.op.bytes_read, q.op.bytes_written);
   const cudaError_t e = q.op.run();
   if (e != cudaSuccess) sticky_error(e, e == g_last_message_code ? g_last_message : q.op.what + " failed");
 }
@@ -221,6 +224,11 @@ cudaError_t copy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
     return refuse_during_capture(s, call);
   Op op;
   op.what = call;
+  op.counted = "copy";
+  const bool reads_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool writes_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  op.bytes_read = reads_device ? width * height : 0;
+  op.bytes_written = writes_device ? width * height : 0;
   if (from_pageable) {
     auto staged = std::make_shared<std::vector<unsigned char>>(width * height);
     for (std::size_t r = 0; r < height; ++r)
@@ -257,10 +265,13 @@ cudaError_t memset_on(void* p, int v, std::size_t n, cudaStream_t stream, const 
     return api_error(cudaErrorInvalidValue, std::string("pb_emu: ") + call + ": " + why);
   CUstream_st* s = resolve(stream);
   if (!s) return invalid_stream(stream, call);
-  return enqueue(s, Op{call, [p, v, n] {
-                         std::memset(p, v, n);
-                         return cudaSuccess;
-                       }});
+  Op op{call, [p, v, n] {
+            std::memset(p, v, n);
+            return cudaSuccess;
+          }};
+  op.counted = "memset";
+  op.bytes_written = n;
+  return enqueue(s, std::move(op));
 }
 
 // ---- kernels launched by address ----------------------------------------------------
@@ -596,6 +607,7 @@ cudaError_t cudaMalloc(void** ptr, size_t n) {
     return api_error(cudaErrorMemoryAllocation, "pb_emu: the host has no memory for a " + std::to_string(n) + "-byte allocation");
   std::memset(p, 0xff, n);  // never-written device memory reads as NaN in every float type
   allocations()[reinterpret_cast<std::uintptr_t>(p)] = Allocation{n, true};
+  counters::event::allocation_added(p, n);
   g_device_bytes += n;
   *ptr = p;
   return cudaSuccess;
@@ -611,6 +623,7 @@ cudaError_t cudaFree(void* p) {
                                                 "): not the start of a device allocation (freed twice, or never allocated)");
   g_device_bytes -= it->second.bytes;
   m.erase(it);
+  counters::event::allocation_removed(p);
   std::free(p);
   return g_sticky;
 }
@@ -823,20 +836,32 @@ cudaError_t cudaFuncSetAttribute(const void* fn, cudaFuncAttribute attr, int val
   return cudaSuccess;
 }
 
-// Occupancy, modelled from the launch alone (the emulation cannot know a kernel's
-// registers): 64 registers per thread, 2048 threads, 32 blocks and the shared
-// memory of an SM of the target, 1 KiB of it reserved per block.
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const void*, int block, size_t smem, unsigned) {
+// Occupancy as NVIDIA's calculator (cuda_occupancy.h) gives it for the kernel's real
+// registers and static shared memory, taken from the nvcc build's ptxas report
+// (resources.cpp); a kernel missing from that table (no nvcc build) is modelled
+// at 64 registers per thread and no static shared memory.
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const void* fn, int block, size_t smem, unsigned) {
   if (block <= 0 || block > 1024) return api_error(cudaErrorInvalidValue, "pb_emu: occupancy of an invalid block size");
-  const int warps = (block + 31) / 32;
-  int by_threads = 64 / warps;
-  int by_regs = 65536 / (warps * 32 * 64);
-  int by_smem = static_cast<int>(static_cast<std::size_t>(target().smem_per_sm) / (smem + 1024));
-  *n = std::max(0, std::min({by_threads, by_regs, by_smem, 32}));
+  *n = occupancy_of(fn, block, smem).blocks_per_sm;
   return cudaSuccess;
 }
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* fn, int block, size_t smem) {
   return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, fn, block, smem, 0);
+}
+
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* fn) {
+  if (!invokers().count(fn) && kernel_info(fn).name.empty())
+    return api_error(cudaErrorInvalidDeviceFunction, "pb_emu: cudaFuncGetAttributes: " + ptr_str(fn) + " is not a kernel");
+  const KernelInfo& k = kernel_info(fn);
+  std::memset(attr, 0, sizeof *attr);
+  attr->numRegs = k.resources.known ? k.resources.registers : 64;
+  attr->sharedSizeBytes = k.resources.known ? static_cast<std::size_t>(k.resources.static_smem) : 0;
+  attr->localSizeBytes = k.resources.known ? static_cast<std::size_t>(k.resources.stack_frame) : 0;
+  attr->maxThreadsPerBlock = 1024;
+  attr->binaryVersion = attr->ptxVersion = target().cc_major * 10 + target().cc_minor;
+  const int allowed = max_dynamic_smem_attribute(fn);
+  attr->maxDynamicSharedSizeBytes = allowed >= 0 ? allowed : static_cast<int>(kStaticSmemLimit);
+  return cudaSuccess;
 }
 
 cudaError_t cudaLaunchKernel(const void* fn, dim3 grid, dim3 block, void** args, size_t smem, cudaStream_t stream) {

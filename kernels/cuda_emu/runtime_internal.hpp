@@ -55,6 +55,10 @@ struct Op {
   std::string what;                  // names the op in errors
   std::function<cudaError_t()> run;  // a failure becomes the sticky error
   bool capturable = true;            // may be recorded into a CUDA graph
+  // For the counters (counting.hpp): "copy", "memset" or "library" work, with the
+  // device bytes it reads and writes; nullptr for kernels (counted as they run) and markers.
+  const char* counted = nullptr;
+  std::uint64_t bytes_read = 0, bytes_written = 0;
 };
 // Enqueues `op` on `s` (or records it while `s` is being captured).
 cudaError_t enqueue(cudaStream_t s, Op op);
@@ -71,6 +75,11 @@ struct GridLaunchView {
 // Runs one grid now (stream work calls this); cudaSuccess or the launch's failure,
 // whose message api_error has recorded.
 cudaError_t run_grid(const GridLaunchView& l, void* closure, void (*body)(void*));
+// The running fiber's stack, [lo, hi) (0 outside a kernel), and the program's own
+// code and data (the executable's image): addresses that are never device memory.
+extern std::uintptr_t g_fiber_stack_lo, g_fiber_stack_hi, g_program_lo, g_program_hi;
+// Whether p is inside one of the running block's __shared__ arrays, and its .shared address.
+bool static_shared_window(const void* p, std::size_t* window);
 // The cudaFuncAttributeMaxDynamicSharedMemorySize set for a kernel, or -1.
 int max_dynamic_smem_attribute(const void* fn);
 void set_max_dynamic_smem_attribute(const void* fn, int bytes);

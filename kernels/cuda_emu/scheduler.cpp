@@ -21,6 +21,7 @@
 #include <vector>
 
 #define PB_EMU_RUNTIME
+#include "counting.hpp"
 #include "pb_emu.hpp"
 #include "runtime_internal.hpp"
 
@@ -52,6 +53,12 @@ dim3 g_block_idx, g_block_dim, g_grid_dim;
 unsigned char* g_dynamic_smem = nullptr;
 std::size_t g_dynamic_smem_bytes = 0;
 unsigned long long g_block_serial = 0;
+std::uintptr_t g_fiber_stack_lo = 0, g_fiber_stack_hi = 0;
+}  // namespace pb_emu
+extern "C" char __executable_start, _end;  // the linker's: the program image's first and last byte
+namespace pb_emu {
+std::uintptr_t g_program_lo = reinterpret_cast<std::uintptr_t>(&__executable_start);
+std::uintptr_t g_program_hi = reinterpret_cast<std::uintptr_t>(&_end);
 
 namespace {
 
@@ -226,6 +233,8 @@ void transfer(Fiber* to, bool exiting) {
   void** fake = exiting ? nullptr : (from ? &from->asan_fake : &g_sched_fake);
   g_fiber = to;
   g_thread = to ? &to->ts : nullptr;
+  g_fiber_stack_lo = to ? reinterpret_cast<std::uintptr_t>(to->stack) : 0;
+  g_fiber_stack_hi = to ? g_fiber_stack_lo + kStackBytes : 0;
   if (to)
     asan_start(fake, to->stack, kStackBytes);
   else
@@ -319,6 +328,9 @@ void fail_from_scheduler(const std::string& what) {
 }
 
 void complete_block_barrier(Block& b) {
+  unsigned warps = 0;
+  for (const auto& w : b.warps) warps += w.live != 0;
+  counters::event::barrier_done(warps);
   b.bar_result = b.bar_votes;
   b.bar_arrived = 0;
   b.bar_votes = 0;
@@ -333,11 +345,13 @@ void finish_group(Block& b, unsigned warp, WarpGroup& g, unsigned running_lane) 
   std::memcpy(slots, g.payload, sizeof slots);
   const unsigned arrived = g.arrived;
   const Completion complete = g.complete;
+  const char* what = g.site.what;
   void* ctx = g.ctx;
   g.mask = 0;
   std::memset(g.payload, 0, sizeof g.payload);
   --b.warps[warp].pending;
   complete(slots, arrived, ctx);
+  counters::event::collective_done(what ? what : "", warp, arrived, (b.warps[warp].live & ~arrived) == 0);
   Fiber* base = &b.fibers[std::size_t{warp} * 32];
   for (unsigned m = arrived; m; m &= m - 1) {
     const unsigned l = static_cast<unsigned>(__builtin_ctz(m));
@@ -458,6 +472,7 @@ void kernel_entry(const char* name, const void* fn, unsigned launch_bound_thread
   Block& b = grid.block;
   if (b.entry_serial == g_block_serial) return;  // the first thread of the block checks for all
   b.entry_serial = g_block_serial;
+  counters::event::kernel_identified(fn);
   const unsigned threads = g_block_dim.x * g_block_dim.y * g_block_dim.z;
   if (launch_bound_threads > 0 && threads > launch_bound_threads)
     device_fail("launched with " + std::to_string(threads) + " threads per block, more than its __launch_bounds__(" +
@@ -476,6 +491,7 @@ int block_barrier(const Site& site, int vote) {
   this_thread(site.what);
   Fiber& f = *g_fiber;
   Block& b = g_grid->block;
+  counters::event::thread_use_point();
   if (b.bar_arrived == 0) {
     b.bar_site = site;
   } else if (!same_site(b.bar_site, site)) {
@@ -506,6 +522,7 @@ void warp_collective_raw(unsigned mask, const Site& site, void* payload, Complet
   if (site.aligned && (mask & ~w.live))
     device_fail(site_str(site) + ": lanes " + lanes_str(mask & ~w.live) +
                 " have returned or do not exist in this block, and every lane of the warp must execute it");
+  counters::event::thread_use_point();
   WarpGroup* g = nullptr;
   WarpGroup* free_slot = nullptr;
   for (auto& x : w.groups) {
@@ -583,6 +600,17 @@ void* shared_storage(void*& storage, std::size_t bytes, std::size_t align, unsig
                 ") shared memory exceed the " + std::to_string(target().smem_per_block_optin) +
                 " bytes a block of this device can have");
   return storage;
+}
+
+bool static_shared_window(const void* p, std::size_t* window) {
+  if (!g_grid) return false;
+  const auto* a = static_cast<const unsigned char*>(p);
+  for (const auto& r : g_grid->block.static_slots)
+    if (a >= r.base && a < r.base + r.bytes) {
+      *window = r.window + static_cast<std::size_t>(a - r.base);
+      return true;
+    }
+  return false;
 }
 
 bool is_shared_address(const void* p, std::size_t bytes) {
@@ -684,6 +712,7 @@ cudaError_t run_grid(const GridLaunchView& l, void* closure, void (*body)(void*)
   Block& b = grid.block;
   b.fibers.resize(nthreads);
   b.warps.resize((nthreads + 31) / 32);
+  counters::event::launch_begin(l.name, l.grid, l.block, l.smem);
   const std::uint64_t nblocks = std::uint64_t{l.grid.x} * l.grid.y * l.grid.z;
   for (const std::uint64_t bi : block_order(nblocks)) {
     g_block_idx = dim3(static_cast<unsigned>(bi % l.grid.x), static_cast<unsigned>(bi / l.grid.x % l.grid.y),
@@ -711,7 +740,9 @@ cudaError_t run_grid(const GridLaunchView& l, void* closure, void (*body)(void*)
       f.ts.warp = t / 32;
       b.warps[f.ts.warp].live |= 1u << f.ts.lane;
     }
+    counters::event::block_begin(nthreads);
     run_block(grid);
+    if (!grid.failed) counters::event::block_end(b.static_smem);
     if (grid.failed) {
       // Frames of the abandoned fibers stay on their stacks: return the stacks,
       // to be unpoisoned before their next use.
@@ -721,6 +752,7 @@ cudaError_t run_grid(const GridLaunchView& l, void* closure, void (*body)(void*)
       break;
     }
   }
+  counters::event::launch_end(grid.failed, grid.failed ? grid.failure : std::string());
   std::free(dyn);
   g_dynamic_smem = nullptr;
   g_dynamic_smem_bytes = 0;

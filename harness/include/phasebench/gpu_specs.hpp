@@ -31,6 +31,17 @@ struct GpuSpec {
   double interconnect_gbps = 0;
   std::map<DType, double> peak_tflops;  // dense; int8 in TOPS
   std::string sources;                  // documents, joined
+  // What the speed-of-light estimate of `phasebench counters` needs beyond the
+  // datasheet (speed_of_light.hpp), each with its source; absent for most GPUs.
+  struct PerformanceModel {
+    double memory_latency_ns = 0;      // idle DRAM load-to-use latency
+    std::string memory_latency_source;
+    double mma_sync_peak_fraction = 0;  // of the dense tensor peak that mma.sync reaches
+    std::string mma_sync_source;
+    double shared_bytes_per_clock_per_sm = 0;
+    std::string shared_source;
+  };
+  std::optional<PerformanceModel> performance_model;
   // The datasheet ceilings (compute per dtype, bandwidth) with their sources.
   Ceilings ceilings() const;
 };
