@@ -147,6 +147,11 @@ nlohmann::json counters_json(const std::vector<pb_emu::counters::Launch>& launch
                       {"sectors_written", b.sectors_written}, {"ld", traffic_json(b.ld)}, {"st", traffic_json(b.st)},
                       {"atom", traffic_json(b.atom)}, {"ldgsts", traffic_json(b.ldgsts)}});
     j["buffers"] = std::move(bufs);
+    nlohmann::json sites = nlohmann::json::array();
+    for (const auto& w : L.wasteful_sites)
+      sites.push_back({{"kind", w.kind}, {"where", w.where}, {"requests", w.traffic.requests},
+                       {"sectors", w.traffic.sectors}, {"ideal", w.traffic.ideal}, {"bytes", w.traffic.bytes}});
+    j["wasteful_sites"] = std::move(sites);
     const auto& r = L.resources;
     j["resources"] = {{"known", r.known}, {"arch", r.arch}, {"registers", r.registers}, {"static_smem", r.static_smem},
                       {"stack_frame", r.stack_frame}, {"spill_stores", r.spill_stores}, {"spill_loads", r.spill_loads}};

@@ -235,6 +235,7 @@ struct State {
   std::vector<ThreadState> thread_state;
   std::vector<Shadow> shadow;
   std::vector<int> touched_allocs;
+  std::map<std::pair<int, std::uintptr_t>, Traffic> sites;  // (kind, site) of this launch
 };
 
 // One emulated grid runs at a time (run_grid serialises), so the state is one plain object.
@@ -376,9 +377,39 @@ void flush_warp(unsigned w) {
       t.ideal = std::max<std::uint64_t>(1, (unique + 127) / 128);
     }
     traffic_of(L, kind).add(t);
+    s.sites[{static_cast<int>(kind), recs[i].site}].add(t);
     i = j;
   }
   recs.clear();
+}
+
+const char* kind_name(int k) {
+  switch (static_cast<Kind>(k)) {
+    case Kind::gld: return "global ld";
+    case Kind::gst: return "global st";
+    case Kind::gatom: return "global atom";
+    case Kind::ldgsts: return "cp.async (global)";
+    case Kind::sld: return "shared ld";
+    case Kind::sst: return "shared st";
+    case Kind::satom: return "shared atom";
+    case Kind::ldgsts_shared: return "cp.async (shared)";
+  }
+  return "ldmatrix";
+}
+constexpr int kLdmatrixKind = 100;  // the sites map's kind for ldmatrix (no event::Kind)
+
+// The sites whose requests took the most beyond their ideal, described.
+std::vector<WastefulSite> wasteful_sites(const std::map<std::pair<int, std::uintptr_t>, Traffic>& sites) {
+  std::vector<std::pair<std::uint64_t, const std::pair<const std::pair<int, std::uintptr_t>, Traffic>*>> waste;
+  for (const auto& e : sites)
+    if (e.second.sectors > e.second.ideal) waste.emplace_back(e.second.sectors - e.second.ideal, &e);
+  std::sort(waste.begin(), waste.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<WastefulSite> out;
+  for (std::size_t i = 0; i < waste.size() && i < 8; ++i) {
+    const auto& [key, t] = *waste[i].second;
+    out.push_back(WastefulSite{kind_name(key.first), describe_site(key.second), t});
+  }
+  return out;
 }
 
 void flush_all_warps() {
@@ -659,7 +690,12 @@ void launch_end(bool failed, const std::string& failure) {
     drop_masks(a);
   }
   s.touched_allocs.clear();
-  if (!s.window) return;
+  if (!s.window) {
+    s.sites.clear();
+    return;
+  }
+  s.cur.wasteful_sites = wasteful_sites(s.sites);
+  s.sites.clear();
   s.cur.failed = failed;
   s.cur.failure = failure;
   std::sort(s.cur.buffers.begin(), s.cur.buffers.end(), [](const Buffer& a, const Buffer& b) { return a.id < b.id; });
@@ -815,6 +851,7 @@ void ldmatrix(const std::size_t* row_window, const unsigned char* const* rows, i
     t.sectors += worst;
   }
   s.cur.ldsm.add(t);
+  s.sites[{kLdmatrixKind, site}].add(t);
 }
 
 void cp_async_issue(std::size_t dst_window, unsigned char* dst, const void* src, int bytes, std::uintptr_t site) {

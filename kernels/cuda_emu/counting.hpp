@@ -50,6 +50,14 @@ struct Buffer {
   Traffic ld, st, atom, ldgsts;  // the requests whose first active lane addressed this buffer
 };
 
+// One access site whose requests took more sectors (global) or wavefronts
+// (shared) than their bytes need: where uncoalesced access or bank conflicts are.
+struct WastefulSite {
+  std::string kind;   // global ld, global st, global atom, ldgsts, shared ld, shared st, ldmatrix, ...
+  std::string where;  // file:line (function), from the binary's line tables
+  Traffic traffic;
+};
+
 // What a kernel's real build says (ptxas, captured at build time; resources.cpp).
 struct Resources {
   bool known = false;       // false: the kernel is not in the nvcc build's table
@@ -108,6 +116,7 @@ struct Launch {
   // the thread's own locals and the program's data are not even seen here.
   std::uint64_t other_accesses = 0;
   std::vector<Buffer> buffers;
+  std::vector<WastefulSite> wasteful_sites;  // at most 8, the most sectors/wavefronts beyond ideal first
   Resources resources;
   Occupancy occupancy;
 

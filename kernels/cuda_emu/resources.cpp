@@ -131,6 +131,37 @@ std::string function_name(const void* fn) {
 
 int arch_number() { return target().cc_major * 10 + target().cc_minor; }
 
+// "kernels/cuda/x.cu:12": the rewritten sources name their .cu file relative to the
+// project (cu2emu's #line), which the line tables put under the build folder.
+std::string readable_line(std::string s) {
+#ifdef PB_EMU_BUILD_ROOT
+  const std::string root = PB_EMU_BUILD_ROOT;
+  if (s.rfind(root, 0) == 0) s = s.substr(root.size());
+#endif
+#ifdef PB_EMU_SOURCE_ROOT
+  const std::string src = PB_EMU_SOURCE_ROOT;
+  if (s.rfind(src, 0) == 0) s = s.substr(src.size());
+#endif
+  if (auto at = s.find(" (discriminator"); at != std::string::npos) s = s.substr(0, at);
+  return s;
+}
+
+// A function without namespaces and parameters, as the counters print kernels.
+std::string readable_function(std::string s) {
+  int depth = 0;
+  for (std::size_t i = s.size(); i-- > 0;) {
+    if (s[i] == ')') ++depth;
+    if (s[i] == '(' && --depth == 0) {
+      s = s.substr(0, i);
+      break;
+    }
+  }
+  if (s.rfind("void ", 0) == 0) s = s.substr(5);
+  for (const std::string ns : {"phasebench::cuda::", "(anonymous namespace)::", "phasebench::"})
+    for (std::size_t at; (at = s.find(ns)) != std::string::npos;) s.erase(at, ns.size());
+  return s;
+}
+
 }  // namespace
 
 std::string target_arch() { return "sm_" + std::to_string(arch_number()); }
@@ -221,7 +252,7 @@ std::string describe_code_address(const void* pc) {
       if (std::fgets(fn, sizeof fn, p) && std::fgets(line, sizeof line, p)) {
         fn[std::strcspn(fn, "\n")] = 0;
         line[std::strcspn(line, "\n")] = 0;
-        if (std::strncmp(line, "??", 2) != 0) out = std::string(line) + " (" + fn + ")";
+        if (std::strncmp(line, "??", 2) != 0) out = readable_line(line) + " (" + readable_function(fn) + ")";
       }
       pclose(p);
     }
