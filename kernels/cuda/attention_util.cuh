@@ -41,14 +41,16 @@ __device__ __forceinline__ float fp8e4m3_to_float(unsigned b) {
 }
 
 // Eight fp8 e4m3 elements of an 8-byte vector (element 0 in the low byte of .x) to floats.
-__device__ __forceinline__ void unpack8_fp8(const uint2& u, float (&f)[8]) {
+// The vectors are taken by value: `unpack8(*p, f)` is one vector load (the emulation's
+// counters see a read through a reference field by field, as four loads).
+__device__ __forceinline__ void unpack8_fp8(uint2 u, float (&f)[8]) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) f[i] = fp8e4m3_to_float(((i < 4 ? u.x : u.y) >> (8 * (i % 4))) & 0xffu);
 }
 
 // Eight 16-bit elements of a 16-byte vector (element 0 in the low half of .x) to floats.
 template <class Tag>
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
+__device__ __forceinline__ void unpack8(uint4 u, float (&f)[8]) {
   const unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
