@@ -4,6 +4,7 @@
 // heuristics and the capability table are host-only and always run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <memory>
@@ -557,6 +558,84 @@ TEST_F(PrefillAttentionMisc, FlashAndCublasAgree) {
                       true);
   }
 }
+
+// The flash kernel's every output row against the CPU reference (verify() checks rows
+// around the tiles; FlashAndCublasAgree compares every row at one prompt per head_dim).
+// Prompts S = 17p + 1 for p = 0..15 (1 to 256): S mod 16 takes every value, so the prompt's
+// tail ends on every row of a warp's m16 row block (both 8-row halves, odd and even rows)
+// and in the first or the second 128-row CTA, with the causal diagonal crossing every
+// position of the 64-key (head_dim 64, 128) or 32-key (256) tiles in every row block.
+// B = 2: a row past one sequence's tail written lands on the next sequence's first rows.
+struct PrefillRowsCase {
+  DType dtype;
+  std::uint64_t B, Hq, Hkv, D;
+};
+std::ostream& operator<<(std::ostream& os, const PrefillRowsCase& c) {
+  return os << to_string(c.dtype) << " B=" << c.B << " Hq=" << c.Hq << " Hkv=" << c.Hkv << " D=" << c.D;
+}
+
+class PrefillFlashEveryRow : public test::CudaContextTest, public ::testing::WithParamInterface<PrefillRowsCase> {};
+
+TEST_P(PrefillFlashEveryRow, EveryRowMatchesReferenceForEveryTail) {
+  const auto& c = GetParam();
+  const std::size_t B = c.B, Hq = c.Hq, Hkv = c.Hkv, D = c.D, G = Hq / Hkv;
+  const std::size_t es = element_bytes(c.dtype);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  for (std::size_t p = 0; p < 16; ++p) {
+    const std::size_t S = 17 * p + 1;
+    SCOPED_TRACE(::testing::Message() << "S=" << S << " (S mod 16 = " << S % 16 << ")");
+    const std::size_t q_elems = B * S * Hq * D, kv_elems = B * S * Hkv * D;
+    cuda::DeviceBuffer q(q_elems * es), k(kv_elems * es), v(kv_elems * es), out(q_elems * es);
+    cuda::fill_random(q.get(), c.dtype, q_elems, 11 + S, 1.0f, ctx().stream);
+    cuda::fill_random(k.get(), c.dtype, kv_elems, 12 + S, 1.0f, ctx().stream);
+    cuda::fill_random(v.get(), c.dtype, kv_elems, 13 + S, 1.0f, ctx().stream);
+    PB_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, out.bytes(), ctx().stream));
+    cuda::PrefillAttentionParams prm;
+    prm.dtype = c.dtype;
+    prm.q = q.get();
+    prm.k = k.get();
+    prm.v = v.get();
+    prm.out = out.get();
+    prm.B = static_cast<int>(B);
+    prm.S = static_cast<int>(S);
+    prm.Hq = static_cast<int>(Hq);
+    prm.Hkv = static_cast<int>(Hkv);
+    prm.D = static_cast<int>(D);
+    cuda::launch_prefill_flash(prm, ctx().stream);
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+    const auto qf = cuda::download_as_float(q.get(), c.dtype, q_elems, ctx().stream);
+    const auto kf = cuda::download_as_float(k.get(), c.dtype, kv_elems, ctx().stream);
+    const auto vf = cuda::download_as_float(v.get(), c.dtype, kv_elems, ctx().stream);
+    const auto of = cuda::download_as_float(out.get(), c.dtype, q_elems, ctx().stream);
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t hq = 0; hq < Hq; ++hq) {
+        // Layouts [B, S, H, D]: row i of a head is S*H*D*b + (i*H + h)*D.
+        auto at = [&](const std::vector<float>& x, std::size_t H, std::size_t h, std::size_t i) {
+          return x.data() + ((b * S + i) * H + h) * D;
+        };
+        std::vector<float> got(S * D);
+        std::vector<double> want(S * D);
+        std::vector<float> ref(D);
+        for (std::size_t i = 0; i < S; ++i) {
+          reference::prefill_attention_row(
+              at(qf, Hq, hq, i), i, D, scale, [&](std::size_t l) { return at(kf, Hkv, hq / G, l); },
+              [&](std::size_t l) { return at(vf, Hkv, hq / G, l); }, ref.data());
+          std::copy(ref.begin(), ref.end(), want.begin() + static_cast<std::ptrdiff_t>(i * D));
+          const float* o = at(of, Hq, hq, i);
+          std::copy(o, o + D, got.begin() + static_cast<std::ptrdiff_t>(i * D));
+        }
+        EXPECT_NO_THROW(reference::check_rows_close(
+            got, want, D, reference::tolerance_for(c.dtype),
+            "flash prefill, batch " + std::to_string(b) + ", query head " + std::to_string(hq) +
+                " (rows are prompt positions, elements head_dim indices)"));
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, PrefillFlashEveryRow,
+                         ::testing::Values(PrefillRowsCase{DType::fp16, 2, 2, 1, 64},    // 8 warps of 16 rows
+                                           PrefillRowsCase{DType::bf16, 2, 2, 2, 128},   // 4 warps of 2 x 16 rows
+                                           PrefillRowsCase{DType::fp16, 2, 2, 1, 256}));  // 32-key tiles
 
 TEST_F(PrefillAttentionMisc, UnsupportedRequestsThrowUnsupported) {
   EXPECT_THROW(cuda::make_op(ctx(), prefill_request(Impl::own, DType::bf16, 1, 64, 8, 8, 96)), Unsupported);
