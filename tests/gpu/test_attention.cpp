@@ -363,8 +363,8 @@ INSTANTIATE_TEST_SUITE_P(
                       StepsCase{DType::bf16, 4, 64, 8, 1000, 64, 3, "lognormal:1.5", 16, 0, true},  // fp8
                       StepsCase{DType::fp16, 2, 16, 4, 300, 128, 4, "lognormal:1", 48, 0, true}));  // fp8, G=4
 
-// Odd groups on the tensor-core kernel (S*G of 5 to 7 rows rounded up to 8, and 9 to 15
-// in two chunks) with ragged contexts: each sequence's end and its new tokens' causal
+// Odd groups on the tensor-core kernel (S*G of 5 to 7 rows rounded up to 8, and 12 in two
+// chunks) with ragged contexts: each sequence's end and its new tokens' causal
 // limits fall on scattered positions of their 16-token tiles, and forced splits start past
 // the short sequences' ends. With G = 1 or 3 the two columns of a lane's pair (rows 2t and
 // 2t + 1) are different new tokens, with causal limits one apart.
@@ -373,7 +373,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(StepsCase{DType::bf16, 16, 2, 2, 40, 64, 5, "uniform:1", 16, 6},      // G=1, S=5: 5 rows
                       StepsCase{DType::fp16, 16, 6, 2, 40, 64, 2, "uniform:1", 48, 4},      // G=3, S=2: 6 rows
                       StepsCase{DType::bf16, 12, 5, 1, 40, 128, 1, "lognormal:1", 16, 5},   // G=5
-                      StepsCase{DType::fp16, 12, 7, 1, 40, 64, 1, "uniform:1", 32, 0},      // G=7, automatic splits
+                      StepsCase{DType::fp16, 12, 7, 1, 40, 64, 1, "uniform:1", 32, 3},      // G=7, page 32
                       StepsCase{DType::bf16, 12, 1, 1, 40, 64, 7, "uniform:1", 16, 3, true},  // G=1, S=7, fp8
                       StepsCase{DType::fp16, 8, 3, 1, 60, 64, 4, "uniform:0.9", 16, 4}));   // G=3, S=4: 12 rows
 
@@ -383,8 +383,8 @@ INSTANTIATE_TEST_SUITE_P(
 // tokens g and g + 8 of a tile (the m16 fragment's two halves) for query rows 2t and 2t + 1
 // (a column pair, each with its own causal limit). Every context from S to 80 tokens, so
 // the context's end (the last split's end) and each new token's causal limit L - S + 1 + i
-// land on every position of a tile, in the tiles of each of the four warps (tile j is warp
-// j % 4's; tile 4 is warp 0's second, in the other pipeline stage); paged and contiguous,
+// land on every position of a tile, in the tiles of each of the four warps (tile j of a
+// chunk is warp j % 4's; tile 4 is warp 0's second, in the other pipeline stage); paged and contiguous,
 // forced splits (paged chunks of whole pages, so earlier new tokens' limits also fall in an
 // earlier split than the context's end). Groups: 8 rows of one token (G = 8),
 // and odd ones rounded up to 8 rows (G = 3, 5, 7; G = 1 with S = 5 to 7), where a pair's
