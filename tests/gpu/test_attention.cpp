@@ -4,6 +4,7 @@
 // heuristics and the capability table are host-only and always run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <memory>
@@ -362,6 +363,75 @@ INSTANTIATE_TEST_SUITE_P(
                       StepsCase{DType::bf16, 4, 64, 8, 1000, 64, 3, "lognormal:1.5", 16, 0, true},  // fp8
                       StepsCase{DType::fp16, 2, 16, 4, 300, 128, 4, "lognormal:1", 48, 0, true}));  // fp8, G=4
 
+// Odd groups on the tensor-core kernel (S*G of 5 to 7 rows rounded up to 8, and 12 in two
+// chunks) with ragged contexts: each sequence's end and its new tokens' causal
+// limits fall on scattered positions of their 16-token tiles, and forced splits start past
+// the short sequences' ends. With G = 1 or 3 the two columns of a lane's pair (rows 2t and
+// 2t + 1) are different new tokens, with causal limits one apart.
+INSTANTIATE_TEST_SUITE_P(
+    OddGroups, DecodeSteps,
+    ::testing::Values(StepsCase{DType::bf16, 16, 2, 2, 40, 64, 5, "uniform:1", 16, 6},      // G=1, S=5: 5 rows
+                      StepsCase{DType::fp16, 16, 6, 2, 40, 64, 2, "uniform:1", 48, 4},      // G=3, S=2: 6 rows
+                      StepsCase{DType::bf16, 12, 5, 1, 40, 128, 1, "lognormal:1", 16, 5},   // G=5
+                      StepsCase{DType::fp16, 12, 7, 1, 40, 64, 1, "uniform:1", 32, 3},      // G=7, page 32
+                      StepsCase{DType::bf16, 12, 1, 1, 40, 64, 7, "uniform:1", 16, 3, true},  // G=1, S=7, fp8
+                      StepsCase{DType::fp16, 8, 3, 1, 60, 64, 4, "uniform:0.9", 16, 4}));   // G=3, S=4: 12 rows
+
+// ---- the tensor-core kernel at every position of its 16-token tile ----------------------
+//
+// decode_attention_mma_kernel masks each accumulator element on its own: lane (g, t) holds
+// tokens g and g + 8 of a tile (the m16 fragment's two halves) for query rows 2t and 2t + 1
+// (a column pair, each with its own causal limit). Every context from S to 80 tokens, so
+// the context's end (the last split's end) and each new token's causal limit L - S + 1 + i
+// land on every position of a tile, in the tiles of each of the four warps (tile j of a
+// chunk is warp j % 4's; tile 4 is warp 0's second, in the other pipeline stage); paged and contiguous,
+// forced splits (paged chunks of whole pages, so earlier new tokens' limits also fall in an
+// earlier split than the context's end). Groups: 8 rows of one token (G = 8),
+// and odd ones rounded up to 8 rows (G = 3, 5, 7; G = 1 with S = 5 to 7), where a pair's
+// two columns are different tokens; S*G = 9 and 12 (a second row chunk, g0 = 8).
+struct TileSweepCase {
+  DType dtype;
+  std::uint64_t Hq, Hkv, S, D, page_size, splits;
+  bool kv_fp8 = false;
+};
+std::ostream& operator<<(std::ostream& os, const TileSweepCase& c) {
+  return os << to_string(c.dtype) << (c.kv_fp8 ? " fp8 cache" : "") << " Hq=" << c.Hq << " Hkv=" << c.Hkv
+            << " S=" << c.S << " D=" << c.D << " page=" << c.page_size << " splits=" << c.splits;
+}
+
+class DecodeTilePositions : public test::CudaContextTest, public ::testing::WithParamInterface<TileSweepCase> {};
+
+TEST_P(DecodeTilePositions, EveryPositionOfTheTileMatchesReference) {
+  const auto& c = GetParam();
+  ASSERT_EQ(cuda::decode_heads_per_cta(static_cast<int>(c.S * (c.Hq / c.Hkv))), 8) << "not the tensor-core kernel";
+  for (std::uint64_t L = c.S; L <= 80; ++L) {
+    for (const bool paged : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (paged ? "paged" : "contiguous") << " L=" << L << ": tile " << (L - 1) / 16
+                                        << ", position " << (L - 1) % 16 << " is the last token");
+      auto r = decode_request(paged, c.dtype, 1, c.Hq, c.Hkv, L, c.D, c.page_size, c.splits, c.kv_fp8);
+      set_decode_steps(r, c.S, parse_context_dist("fixed"));
+      auto op = cuda::make_op(ctx(), r);
+      if (paged && c.splits > 1 && L > c.page_size) {
+        EXPECT_GT(access(*op).splits(), 1);
+      }
+      EXPECT_NO_THROW(op->verify());
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Groups, DecodeTilePositions,
+    ::testing::Values(TileSweepCase{DType::bf16, 8, 1, 1, 64, 16, 3},    // G=8: the context's end only
+                      TileSweepCase{DType::fp16, 2, 2, 5, 64, 16, 3},    // G=1, S=5: 5 rows, limits one apart
+                      TileSweepCase{DType::bf16, 1, 1, 6, 128, 48, 2},   // G=1, S=6, page 48
+                      TileSweepCase{DType::fp16, 1, 1, 7, 64, 32, 2},    // G=1, S=7, page 32
+                      TileSweepCase{DType::bf16, 6, 2, 2, 64, 16, 4},    // G=3, S=2: pair (2, 3) straddles tokens
+                      TileSweepCase{DType::fp16, 5, 1, 1, 64, 16, 2},    // G=5
+                      TileSweepCase{DType::bf16, 7, 1, 1, 256, 16, 3},   // G=7, D=256
+                      TileSweepCase{DType::fp16, 3, 1, 3, 64, 16, 3},    // G=3, S=3: 9 rows, a 1-row second chunk
+                      TileSweepCase{DType::bf16, 1, 1, 12, 64, 16, 5},   // G=1, S=12: rows 8-11 in chunk 2
+                      TileSweepCase{DType::bf16, 2, 2, 5, 64, 16, 3, true}));  // fp8 cache, G=1, S=5
+
 TEST_F(DecodeAttentionMisc, OccupancyIsTheLaunchedKernels) {
   // 8 rows per CTA run the tensor-core kernel, whose dynamic shared memory (37 KiB at
   // head_dim 64, 133 KiB at 256) bounds its CTAs per SM; the split planner must see that,
@@ -488,6 +558,84 @@ TEST_F(PrefillAttentionMisc, FlashAndCublasAgree) {
                       true);
   }
 }
+
+// The flash kernel's every output row against the CPU reference (verify() checks rows
+// around the tiles; FlashAndCublasAgree compares every row at one prompt per head_dim).
+// Prompts S = 17p + 1 for p = 0..15 (1 to 256): S mod 16 takes every value, so the prompt's
+// tail ends on every row of a warp's m16 row block (both 8-row halves, odd and even rows)
+// and in the first or the second 128-row CTA, with the causal diagonal crossing every
+// position of the 64-key (head_dim 64, 128) or 32-key (256) tiles in every row block.
+// B = 2: a row past one sequence's tail written lands on the next sequence's first rows.
+struct PrefillRowsCase {
+  DType dtype;
+  std::uint64_t B, Hq, Hkv, D;
+};
+std::ostream& operator<<(std::ostream& os, const PrefillRowsCase& c) {
+  return os << to_string(c.dtype) << " B=" << c.B << " Hq=" << c.Hq << " Hkv=" << c.Hkv << " D=" << c.D;
+}
+
+class PrefillFlashEveryRow : public test::CudaContextTest, public ::testing::WithParamInterface<PrefillRowsCase> {};
+
+TEST_P(PrefillFlashEveryRow, EveryRowMatchesReferenceForEveryTail) {
+  const auto& c = GetParam();
+  const std::size_t B = c.B, Hq = c.Hq, Hkv = c.Hkv, D = c.D, G = Hq / Hkv;
+  const std::size_t es = element_bytes(c.dtype);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  for (std::size_t p = 0; p < 16; ++p) {
+    const std::size_t S = 17 * p + 1;
+    SCOPED_TRACE(::testing::Message() << "S=" << S << " (S mod 16 = " << S % 16 << ")");
+    const std::size_t q_elems = B * S * Hq * D, kv_elems = B * S * Hkv * D;
+    cuda::DeviceBuffer q(q_elems * es), k(kv_elems * es), v(kv_elems * es), out(q_elems * es);
+    cuda::fill_random(q.get(), c.dtype, q_elems, 11 + S, 1.0f, ctx().stream);
+    cuda::fill_random(k.get(), c.dtype, kv_elems, 12 + S, 1.0f, ctx().stream);
+    cuda::fill_random(v.get(), c.dtype, kv_elems, 13 + S, 1.0f, ctx().stream);
+    PB_CUDA_CHECK(cudaMemsetAsync(out.get(), 0, out.bytes(), ctx().stream));
+    cuda::PrefillAttentionParams prm;
+    prm.dtype = c.dtype;
+    prm.q = q.get();
+    prm.k = k.get();
+    prm.v = v.get();
+    prm.out = out.get();
+    prm.B = static_cast<int>(B);
+    prm.S = static_cast<int>(S);
+    prm.Hq = static_cast<int>(Hq);
+    prm.Hkv = static_cast<int>(Hkv);
+    prm.D = static_cast<int>(D);
+    cuda::launch_prefill_flash(prm, ctx().stream);
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+    const auto qf = cuda::download_as_float(q.get(), c.dtype, q_elems, ctx().stream);
+    const auto kf = cuda::download_as_float(k.get(), c.dtype, kv_elems, ctx().stream);
+    const auto vf = cuda::download_as_float(v.get(), c.dtype, kv_elems, ctx().stream);
+    const auto of = cuda::download_as_float(out.get(), c.dtype, q_elems, ctx().stream);
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t hq = 0; hq < Hq; ++hq) {
+        // Layouts [B, S, H, D]: row i of a head is S*H*D*b + (i*H + h)*D.
+        auto at = [&](const std::vector<float>& x, std::size_t H, std::size_t h, std::size_t i) {
+          return x.data() + ((b * S + i) * H + h) * D;
+        };
+        std::vector<float> got(S * D);
+        std::vector<double> want(S * D);
+        std::vector<float> ref(D);
+        for (std::size_t i = 0; i < S; ++i) {
+          reference::prefill_attention_row(
+              at(qf, Hq, hq, i), i, D, scale, [&](std::size_t l) { return at(kf, Hkv, hq / G, l); },
+              [&](std::size_t l) { return at(vf, Hkv, hq / G, l); }, ref.data());
+          std::copy(ref.begin(), ref.end(), want.begin() + static_cast<std::ptrdiff_t>(i * D));
+          const float* o = at(of, Hq, hq, i);
+          std::copy(o, o + D, got.begin() + static_cast<std::ptrdiff_t>(i * D));
+        }
+        EXPECT_NO_THROW(reference::check_rows_close(
+            got, want, D, reference::tolerance_for(c.dtype),
+            "flash prefill, batch " + std::to_string(b) + ", query head " + std::to_string(hq) +
+                " (rows are prompt positions, elements head_dim indices)"));
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, PrefillFlashEveryRow,
+                         ::testing::Values(PrefillRowsCase{DType::fp16, 2, 2, 1, 64},    // 8 warps of 16 rows
+                                           PrefillRowsCase{DType::bf16, 2, 2, 2, 128},   // 4 warps of 2 x 16 rows
+                                           PrefillRowsCase{DType::fp16, 2, 2, 1, 256}));  // 32-key tiles
 
 TEST_F(PrefillAttentionMisc, UnsupportedRequestsThrowUnsupported) {
   EXPECT_THROW(cuda::make_op(ctx(), prefill_request(Impl::own, DType::bf16, 1, 64, 8, 8, 96)), Unsupported);

@@ -1,6 +1,7 @@
 // KV append (contiguous and paged) through cuda::make_op: every appended
 // slot must hold the new token's bits and the slots around them their fill
-// value. Skipped, with the reason, where no CUDA device is present.
+// value, paged appends at every kind of offset in pages of 16 to 80 tokens.
+// Skipped, with the reason, where no CUDA device is present.
 #include <gtest/gtest.h>
 
 #include <ostream>
@@ -77,6 +78,45 @@ INSTANTIATE_TEST_SUITE_P(
                       AppendCase{DType::bf16, 10, 1, 8, 128, 512, 48},   // B > 8 (sampled batches), page 48
                       AppendCase{DType::fp16, 2, 200, 2, 128, 1000, 32}  // prefill-style append of 200 tokens
                       ));
+
+// ---- paged appends at every kind of offset in a page -----------------------------------
+//
+// The op appends S tokens at positions capacity - S .. capacity - 1; the kernel finds each
+// token's page (t / P through the block table) and slot (t % P). Pages of 16 and 32 (powers
+// of two) and 48 and 80 (not); appends that start on a page's first, second, middle and
+// last slot (in its third page) with 1, 2, 7, P - 1 and P + 3 tokens: appends within a page,
+// ending mid-page, crossing one page boundary and spanning a whole page to end mid-page in
+// the next but one. verify() also reads the 16 slots before the append and the slots after
+// it in its last page, so a token written one slot off is caught either way.
+struct PagedAppendCase {
+  DType dtype;
+  std::uint64_t B, Hkv, D, page_size;
+};
+std::ostream& operator<<(std::ostream& os, const PagedAppendCase& c) {
+  return os << to_string(c.dtype) << " B=" << c.B << " Hkv=" << c.Hkv << " D=" << c.D << " page=" << c.page_size;
+}
+
+class KvAppendPageOffsets : public test::CudaContextTest, public ::testing::WithParamInterface<PagedAppendCase> {};
+
+TEST_P(KvAppendPageOffsets, PagedWritesExactlyTheNewTokens) {
+  const auto& c = GetParam();
+  const std::uint64_t P = c.page_size;
+  for (const std::uint64_t offset : {std::uint64_t{0}, std::uint64_t{1}, P / 2, P - 1})
+    for (const std::uint64_t S : {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{7}, P - 1, P + 3}) {
+      const std::uint64_t pos = 2 * P + offset, capacity = pos + S;
+      SCOPED_TRACE(::testing::Message() << "S=" << S << " at positions " << pos << ".." << capacity - 1 << " (slot "
+                                        << offset << " of page 2 to slot " << (capacity - 1) % P << " of page "
+                                        << (capacity - 1) / P << ")");
+      auto op = cuda::make_op(ctx(), append_request(true, c.dtype, c.B, S, c.Hkv, c.D, capacity, P));
+      EXPECT_NO_THROW(op->verify());
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pages, KvAppendPageOffsets,
+    ::testing::Values(PagedAppendCase{DType::bf16, 3, 2, 64, 16}, PagedAppendCase{DType::fp16, 2, 3, 128, 32},
+                      PagedAppendCase{DType::fp16, 3, 2, 64, 48},   // not a power of two
+                      PagedAppendCase{DType::bf16, 2, 1, 256, 80})); // not a power of two, D=256
 
 using KvAppendMisc = test::CudaContextTest;
 

@@ -2,12 +2,14 @@
 // reference, through cuda::make_op: tail-heavy shapes (L = 1, L not a multiple
 // of the 32-token tile or the page, pages of 64 and of sizes that are not the
 // tile's, forced and automatic splits, 1, 5, 16, 20 and 128 heads, bf16 and
-// fp16), paged and contiguous on the same data, split and unsplit, a corrupted
+// fp16), every context from 1 to 96 tokens (each position of the tile, split and
+// not), paged and contiguous on the same data, split and unsplit, a corrupted
 // output caught, unsupported requests. Skipped where no CUDA device is present;
 // the split plan is host-only and always runs. Built again over the emulation
 // (label emu), where the shapes stay small: emulated kernels run at CPU speed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -114,6 +116,47 @@ INSTANTIATE_TEST_SUITE_P(
                       LatentCase{DType::fp16, 2, 1, 33, false, 64, 0},    // one head
                       LatentCase{DType::bf16, 1, 128, 150, true, 64, 2}   // DeepSeek-V3's 128 heads, once
                       ));
+
+// ---- every position of the 32-token tile ---------------------------------------------
+//
+// The kernel masks each score on its own: lane (g, t) holds tokens 8j + 2t and 8j + 2t + 1
+// (a column pair) of each of the tile's four n8 blocks j, for heads g and g + 8 of the head
+// tile (the m16 fragment's two halves). Every context from 1 to 96 tokens, so the context's
+// end lands on every position of a tile (and the masked tile holds 1 to 32 tokens); with
+// splits, the last split's chunk ends there too (chunks are whole tiles, the others end on
+// tile boundaries), in the second or the third split. Head counts that fill a tile (16) and that do not: 24 (the second tile's upper
+// half masked), 9, 17 (one head in the second tile) and 31.
+struct LatentSweepCase {
+  DType dtype;
+  std::uint64_t B, H;
+  bool paged;
+  std::uint64_t page_size, splits;
+};
+std::ostream& operator<<(std::ostream& os, const LatentSweepCase& c) {
+  return os << to_string(c.dtype) << " B=" << c.B << " H=" << c.H
+            << (c.paged ? " paged " + std::to_string(c.page_size) : std::string(" contiguous")) << " splits=" << c.splits;
+}
+
+class LatentTilePositions : public test::CudaContextTest, public ::testing::WithParamInterface<LatentSweepCase> {};
+
+TEST_P(LatentTilePositions, EveryPositionOfTheTileMatchesReference) {
+  const auto& c = GetParam();
+  for (std::uint64_t L = 1; L <= 96; ++L) {
+    SCOPED_TRACE(::testing::Message() << "L=" << L << ": " << (L - 1) % 32 + 1 << " tokens in the last tile");
+    auto op = cuda::make_op(ctx(), latent_request(c.paged, c.dtype, c.B, c.H, L, c.page_size, c.splits));
+    // Chunks of 32 tokens (64 when 2 splits are asked of more than 64 tokens).
+    EXPECT_EQ(access(*op).splits(), static_cast<int>(std::min<std::uint64_t>(c.splits, (L + 31) / 32)));
+    EXPECT_NO_THROW(op->verify());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Heads, LatentTilePositions,
+    ::testing::Values(LatentSweepCase{DType::bf16, 1, 16, false, 64, 3},  // one whole head tile, splits
+                      LatentSweepCase{DType::fp16, 1, 24, true, 64, 2},   // heads 16-23: rows g only
+                      LatentSweepCase{DType::bf16, 2, 9, true, 48, 3},    // 9 heads, pages that are not the tile
+                      LatentSweepCase{DType::fp16, 1, 31, false, 64, 1},  // unsplit, 15 heads in the second tile
+                      LatentSweepCase{DType::bf16, 1, 17, true, 7, 4}));  // one head in the second tile, odd pages
 
 using LatentAttentionMisc = test::CudaContextTest;
 
