@@ -36,17 +36,25 @@ std::string duration(double s) {
 
 void print_point(std::ostream& out, const Point& p, const SolEstimate& e) {
   out << p.name << "\n";
-  const std::string est =
-      e.complete ? fmt::format("{} of {}", pct(e.estimated_fraction), e.bound == "compute" ? "tensor peak" : "HBM bandwidth")
-                 : std::string("n/a (library calls not counted)");
   out << fmt::format(
-      "  formula {}  counted DRAM {} ({:+.1f}%)  sectors/request {:.2f} (ideal {:.2f}, {} efficient)  bank conflicts {}\n",
+      "  formula {}  counted DRAM {} ({:+.1f}%){}  sectors/request {:.2f} (ideal {:.2f}, {} efficient)  bank conflicts {}\n",
       mb(static_cast<double>(e.formula_bytes)), mb(static_cast<double>(e.dram_bytes)), 100.0 * e.excess,
+      e.l2_read_bytes ? fmt::format(", {} more read back from L2", mb(static_cast<double>(e.l2_read_bytes))) : std::string(),
       e.sectors_per_request, e.ideal_sectors_per_request, pct(e.sector_efficiency), e.bank_conflicts);
-  out << fmt::format("  occupancy {}  waves {:.2f} (last {})  in flight {}/SM (Little's law needs {})  -> estimate {}, "
-                     "{} bound, at least {}\n",
-                     pct(e.occupancy), e.waves, pct(e.last_wave_fill), kib(e.inflight_per_sm), kib(e.needed_per_sm), est,
-                     e.bound, duration(e.time_s));
+  if (!e.complete) {
+    out << "  estimate: n/a (the op's library calls are emulated by a reference GEMM and not counted)\n";
+  } else {
+    const bool compute = e.bound == "compute";
+    const double measured = compute ? e.fraction_of_measured_peak : e.fraction_of_measured_bandwidth;
+    const std::string est =
+        fmt::format("{} of {}{}", pct(e.estimated_fraction), compute ? "the dense tensor peak" : "HBM bandwidth",
+                    measured > 0 ? fmt::format(" ({} of the measured {})", pct(measured), compute ? "bf16 GEMM" : "copy")
+                                 : std::string());
+    out << fmt::format("  occupancy {}  waves {:.2f} (last {})  in flight {}/SM (Little's law needs {})  -> estimate {}, "
+                       "{} bound, at least {}\n",
+                       pct(e.occupancy), e.waves, pct(e.last_wave_fill), kib(e.inflight_per_sm), kib(e.needed_per_sm),
+                       est, e.bound, duration(e.time_s));
+  }
   for (const auto& L : e.launches) {
     if (L.kind != "kernel") {
       out << fmt::format("    {:<44} {}  {}\n", L.kernel.substr(0, 44), L.kind,

@@ -74,6 +74,9 @@ GpuTable GpuTable::load(const std::string& path_in) {
         pm.mma_sync_source = m.at("mma_sync_source").get<std::string>();
         pm.shared_bytes_per_clock_per_sm = m.at("shared_bytes_per_clock_per_sm").get<double>();
         pm.shared_source = m.at("shared_source").get<std::string>();
+        pm.measured_copy_bandwidth_gbps = m.value("measured_copy_bandwidth_gbps", 0.0);
+        pm.measured_bf16_gemm_tflops = m.value("measured_bf16_gemm_tflops", 0.0);
+        pm.measured_source = m.value("measured_source", std::string());
         if (!(pm.memory_latency_ns > 0) || !(pm.mma_sync_peak_fraction > 0) || pm.mma_sync_peak_fraction > 1 ||
             !(pm.shared_bytes_per_clock_per_sm > 0))
           throw InputError(origin + ": performance_model needs a positive latency, a fraction in (0, 1] and positive "

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace phasebench {
 
@@ -50,13 +51,18 @@ SolEstimate estimate_speed_of_light(const nlohmann::json& launches, const OpCost
   e.gpu = gpu.key;
   e.formula_bytes = cost.bytes.total();
   e.formula_flops = cost.flops;
-  const double bw = gpu.memory_bandwidth_gbps * 1e9;
+  const double datasheet_bw = gpu.memory_bandwidth_gbps * 1e9;
   const int sms = std::max(1, gpu.sm_count);
   const double clock = gpu.boost_clock_mhz * 1e6;
   auto peak_it = gpu.peak_tflops.find(dtype);
   if (peak_it == gpu.peak_tflops.end()) peak_it = gpu.peak_tflops.find(DType::bf16);
   const double peak = peak_it == gpu.peak_tflops.end() ? 0 : peak_it->second * 1e12;
   const GpuSpec::PerformanceModel pm = gpu.performance_model.value_or(GpuSpec::PerformanceModel{});
+  // Bytes move no faster than a measured copy where one is known, else the datasheet.
+  const double measured_bw = pm.measured_copy_bandwidth_gbps * 1e9;
+  const double bw = measured_bw > 0 ? std::min(measured_bw, datasheet_bw) : datasheet_bw;
+  e.bandwidth_used = bw;
+  e.bandwidth_source = measured_bw > 0 ? "measured copy" : "datasheet";
   if (!gpu.performance_model)
     e.notes.push_back(gpu.key + " has no performance_model in the spec table (latency, mma.sync share): bytes in "
                                 "flight and compute are not bounded");
@@ -64,6 +70,9 @@ SolEstimate estimate_speed_of_light(const nlohmann::json& launches, const OpCost
   double sectors = 0, ideal = 0, requests = 0;
   double longest = -1;
   bool regs_unknown = false;
+  // Buffers an earlier kernel of the op wrote (id -> size): one that fits in half the
+  // L2 is read back from the L2, not from memory (split-KV partials, intermediates).
+  std::map<std::uint64_t, std::uint64_t> written;
   for (const auto& j : launches) {
     SolLaunch L;
     L.kind = j.value("kind", std::string("kernel"));
@@ -96,7 +105,19 @@ SolEstimate estimate_speed_of_light(const nlohmann::json& launches, const OpCost
     L.registers = res.value("registers", 0);
     if (!L.registers_known) regs_unknown = true;
     L.dram_bytes = (j.value("sectors_read", std::uint64_t{0}) + j.value("sectors_written", std::uint64_t{0})) * 32;
+    for (const auto& b : j.value("buffers", nlohmann::json::array())) {
+      const auto id = b.value("id", std::uint64_t{0}), size = b.value("size", std::uint64_t{0});
+      auto w = written.find(id);
+      if (w != written.end() && 2 * size <= gpu.l2_bytes) {
+        const std::uint64_t from_l2 = std::min(L.dram_bytes, b.value("sectors_read", std::uint64_t{0}) * 32);
+        L.l2_read_bytes += from_l2;
+        L.dram_bytes -= from_l2;
+      }
+    }
+    for (const auto& b : j.value("buffers", nlohmann::json::array()))
+      if (b.value("sectors_written", std::uint64_t{0}) > 0) written[b.value("id", std::uint64_t{0})] = b.value("size", std::uint64_t{0});
     e.dram_bytes += L.dram_bytes;
+    e.l2_read_bytes += L.l2_read_bytes;
     e.unique_bytes += j.value("unique_bytes_read", std::uint64_t{0}) + j.value("unique_bytes_written", std::uint64_t{0});
     double s = 0, id = 0, rq = 0;
     for (const char* k : {"ld", "st", "atom", "ldgsts"}) {
@@ -182,10 +203,13 @@ SolEstimate estimate_speed_of_light(const nlohmann::json& launches, const OpCost
   e.ideal_sectors_per_request = requests > 0 ? ideal / requests : 0;
   e.excess = e.formula_bytes > 0 ? static_cast<double>(e.dram_bytes) / static_cast<double>(e.formula_bytes) - 1 : 0;
   if (e.time_s > 0) {
-    e.fraction_of_bandwidth = bw > 0 ? static_cast<double>(e.formula_bytes) / (e.time_s * bw) : 0;
+    e.fraction_of_bandwidth = datasheet_bw > 0 ? static_cast<double>(e.formula_bytes) / (e.time_s * datasheet_bw) : 0;
     e.fraction_of_peak = peak > 0 ? static_cast<double>(e.formula_flops) / (e.time_s * peak) : 0;
+    if (measured_bw > 0) e.fraction_of_measured_bandwidth = static_cast<double>(e.formula_bytes) / (e.time_s * measured_bw);
+    if (pm.measured_bf16_gemm_tflops > 0)
+      e.fraction_of_measured_peak = static_cast<double>(e.formula_flops) / (e.time_s * pm.measured_bf16_gemm_tflops * 1e12);
   }
-  const double ridge = bw > 0 ? peak / bw : 0;
+  const double ridge = datasheet_bw > 0 ? peak / datasheet_bw : 0;
   const double intensity = cost.intensity();
   e.bound = intensity > 0 && ridge > 0 && intensity >= ridge ? "compute" : "memory";
   e.estimated_fraction = e.bound == "compute" ? e.fraction_of_peak : e.fraction_of_bandwidth;
@@ -200,7 +224,7 @@ nlohmann::json to_json(const SolEstimate& e) {
   nlohmann::json launches = nlohmann::json::array();
   for (const auto& L : e.launches) {
     nlohmann::json j = {{"kernel", L.kernel}, {"kind", L.kind}, {"bound", L.bound}, {"time_lower_bound_s", L.t},
-                        {"dram_bytes", L.dram_bytes}};
+                        {"dram_bytes", L.dram_bytes}, {"l2_read_bytes", L.l2_read_bytes}};
     if (L.kind == "kernel" && L.blocks_per_sm > 0) {
       j.update({{"blocks", L.blocks},
                 {"threads_per_block", L.threads_per_block},
@@ -229,6 +253,7 @@ nlohmann::json to_json(const SolEstimate& e) {
           {"formula_bytes", e.formula_bytes},
           {"formula_flops", e.formula_flops},
           {"dram_bytes", e.dram_bytes},
+          {"l2_read_bytes", e.l2_read_bytes},
           {"unique_bytes", e.unique_bytes},
           {"excess", e.excess},
           {"sector_efficiency", e.sector_efficiency},
@@ -244,8 +269,12 @@ nlohmann::json to_json(const SolEstimate& e) {
           {"inflight_fraction", e.inflight_fraction},
           {"time_lower_bound_s", e.time_s},
           {"bound", e.bound},
+          {"bandwidth_used_bytes_per_s", e.bandwidth_used},
+          {"bandwidth_source", e.bandwidth_source},
           {"fraction_of_bandwidth", e.fraction_of_bandwidth},
           {"fraction_of_peak", e.fraction_of_peak},
+          {"fraction_of_measured_bandwidth", e.fraction_of_measured_bandwidth > 0 ? nlohmann::json(e.fraction_of_measured_bandwidth) : nlohmann::json(nullptr)},
+          {"fraction_of_measured_peak", e.fraction_of_measured_peak > 0 ? nlohmann::json(e.fraction_of_measured_peak) : nlohmann::json(nullptr)},
           {"estimated_fraction", e.complete ? nlohmann::json(e.estimated_fraction) : nlohmann::json(nullptr)},
           {"complete", e.complete},
           {"notes", e.notes},

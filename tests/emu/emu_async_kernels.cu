@@ -120,7 +120,8 @@ __global__ void cp_async_bad_kernel(const uint4* src, uint4* gdst, int mode, uin
     case 0: cp_async_16(smem_addr(&s[lane]) + 8u, &src[lane]); break;
     case 1: cp_async_16(smem_addr(&s[lane]), src_bytes + 8); break;
     case 2: cp_async_16_src_size(smem_addr(&s[lane]), &src[lane], 17); break;
-    default: cp_async_16(static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(&gdst[lane])), &src[lane]); break;
+    case 3: cp_async_16(static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(&gdst[lane])), &src[lane]); break;
+    default: cp_async_16(smem_addr(&s[lane]), &src[lane + 33]); break;  // lane 31 reads src[64]: one past the end
   }
   cp_async_wait_all();
   sink[lane] = s[lane];
@@ -158,5 +159,6 @@ void cp_async_misaligned_dst(const uint4* src, cudaStream_t s) { cp_async_bad(sr
 void cp_async_misaligned_src(const uint4* src, cudaStream_t s) { cp_async_bad(src, nullptr, 1, s); }
 void cp_async_src_size_too_large(const uint4* src, cudaStream_t s) { cp_async_bad(src, nullptr, 2, s); }
 void cp_async_global_dst(const uint4* src, uint4* dst, cudaStream_t s) { cp_async_bad(src, dst, 3, s); }
+void cp_async_past_the_end(const uint4* src, cudaStream_t s) { cp_async_bad(src, nullptr, 4, s); }
 
 }  // namespace pb_emu_test

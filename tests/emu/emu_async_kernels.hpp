@@ -31,5 +31,9 @@ void cp_async_misaligned_dst(const uint4* src, cudaStream_t s);   // destination
 void cp_async_misaligned_src(const uint4* src, cudaStream_t s);   // source 8 bytes into an element
 void cp_async_src_size_too_large(const uint4* src, cudaStream_t s);  // src-size 17 > cp-size 16
 void cp_async_global_dst(const uint4* src, uint4* dst, cudaStream_t s);  // a global pointer as the destination
+// A cp.async whose source runs past the end of its allocation (src has 64 elements;
+// lane 31 reads the 65th). The emulation's own copy, which AddressSanitizer cannot
+// see, is checked against the device allocations.
+void cp_async_past_the_end(const uint4* src, cudaStream_t s);
 
 }  // namespace pb_emu_test

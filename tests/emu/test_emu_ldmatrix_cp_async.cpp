@@ -101,4 +101,13 @@ TEST_F(EmuAsync, CpAsyncMisuseFails) {
   expect_launch_failure("is not in this block's shared memory");
 }
 
+TEST_F(EmuAsync, CpAsyncReadingPastItsSourceAllocationFails) {
+  Dev<uint4> src(64);
+  pb_emu_test::cp_async_past_the_end(src.p, s_);
+  expect_launch_failure("the source");
+  pb_emu::reset_after_failure_for_tests();
+  pb_emu_test::cp_async_past_the_end(src.p, s_);
+  expect_launch_failure("is not in any device allocation");
+}
+
 }  // namespace

@@ -40,6 +40,12 @@ struct GpuSpec {
     std::string mma_sync_source;
     double shared_bytes_per_clock_per_sm = 0;
     std::string shared_source;
+    // Measured ceilings where someone measured them (0: none): the memory-bound
+    // estimate moves bytes no faster than the copy, and targets given against
+    // measured ceilings compare with the fractions of these.
+    double measured_copy_bandwidth_gbps = 0;
+    double measured_bf16_gemm_tflops = 0;
+    std::string measured_source;
   };
   std::optional<PerformanceModel> performance_model;
   // The datasheet ceilings (compute per dtype, bandwidth) with their sources.

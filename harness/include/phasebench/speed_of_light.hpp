@@ -28,7 +28,8 @@ struct SolLaunch {
   double achieved_occupancy = 0;     // time-weighted over the waves (the tail wave holds fewer)
   double waves = 0;                  // blocks / (blocks per SM x SMs)
   double last_wave_fill = 0;         // the last wave's blocks / a full wave's (1 when the waves are whole)
-  std::uint64_t dram_bytes = 0;      // distinct sectors read and written x 32
+  std::uint64_t dram_bytes = 0;      // distinct sectors read and written x 32, less l2_read_bytes
+  std::uint64_t l2_read_bytes = 0;   // read from buffers an earlier kernel of the op wrote, if they fit in L2 / 2
   double sector_efficiency = 1;      // global: ideal sectors / sectors
   std::uint64_t shared_wavefronts = 0, bank_conflicts = 0;
   double inflight_per_warp = 0;      // bytes a warp has outstanding where it can stall
@@ -42,7 +43,8 @@ struct SolLaunch {
 struct SolEstimate {
   std::string gpu;
   std::uint64_t formula_bytes = 0, formula_flops = 0;
-  std::uint64_t dram_bytes = 0;    // counted: distinct sectors x 32, plus copies and memsets
+  std::uint64_t dram_bytes = 0;    // counted: distinct sectors x 32, plus copies and memsets, less L2 reads
+  std::uint64_t l2_read_bytes = 0; // reads of what an earlier kernel of the op wrote, small enough for the L2
   std::uint64_t unique_bytes = 0;  // counted: distinct bytes read + written
   double excess = 0;               // dram_bytes / formula_bytes - 1
   double sector_efficiency = 1;    // over every global request
@@ -52,7 +54,10 @@ struct SolEstimate {
   double inflight_per_sm = 0, needed_per_sm = 0, inflight_fraction = 1;
   double time_s = 0;  // lower bound over all launches
   std::string bound;  // memory or compute (the op's place on the roofline)
-  double fraction_of_bandwidth = 0, fraction_of_peak = 0;
+  double bandwidth_used = 0;     // bytes/s the memory bound uses: a measured copy's where known, else the datasheet's
+  std::string bandwidth_source;  // "measured copy" or "datasheet"
+  double fraction_of_bandwidth = 0, fraction_of_peak = 0;  // of the datasheet
+  double fraction_of_measured_bandwidth = 0, fraction_of_measured_peak = 0;  // of the measured ceilings (0: none known)
   double estimated_fraction = 0;  // of bandwidth when memory-bound, of tensor peak when compute-bound
   bool complete = true;           // false: a part of the op is not counted (library calls)
   std::vector<std::string> notes;
