@@ -41,6 +41,11 @@ when some point is SLOWER than the reference by more than PCT percent (so a slow
 also be significant and beyond the band: a large change the test cannot confirm is
 AMBIGUOUS and does not fail), or a point that ran in the reference now fails with an error.
 
+Two counters files (`phasebench counters`) are diffed instead (counters.py): every count of
+every matched point, SAME or CHANGED with the counters that differ, and the estimate's
+headline figures side by side; --fail-on-regression PCT then fails on DRAM bytes grown or an
+estimated fraction fallen by more than PCT.
+
 Exit status: 0 fine; 1 regression beyond the threshold; 2 bad input (a file that cannot be
 read, fewer than two usable files, files with no benchmark in common, or a bad option
 value, each one line on stderr). The files that can be read are still compared and
@@ -59,6 +64,7 @@ import re
 import statistics
 import sys
 
+from . import counters as pc
 from . import results as pr
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
@@ -543,10 +549,51 @@ def parse_args(ap: argparse.ArgumentParser, argv: list | None = None) -> argpars
     return a
 
 
+def compare_counters(a: argparse.Namespace, prog: str) -> int:
+    """Two counters files (`phasebench counters`): their counts diffed, point by point."""
+    if len(a.files) != 2:
+        print(f"{prog}: error: counters files are compared two at a time (reference, then the other); got "
+              f"{len(a.files)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        ref, other = pc.load(a.files[0]), pc.load(a.files[1])
+    except pr.ResultsError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    cmp = pc.diff(ref, other, fail_pct=a.fail_on_regression)
+    if a.filter:
+        try:
+            rx = re.compile(a.filter)
+        except re.error as e:
+            print(f"{prog}: error: --filter {a.filter!r} is not a regular expression: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        cmp["rows"] = [r for r in cmp["rows"] if rx.search(r["point"])]
+        cmp["regressions"] = [x for x in cmp["regressions"] if rx.search(x["point"])]
+    for w in cmp["warnings"]:
+        print(f"{prog}: warning: {w}", file=sys.stderr)
+    if not any(r["verdict"] in ("SAME", "CHANGED") for r in cmp["rows"]):
+        print(f"{prog}: error: the files have no counted point in common; nothing to compare", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    _write(pc.render(cmp, a.format), a.output)
+    if a.fail_on_regression is not None and cmp["regressions"]:
+        print(f"{prog}: {len(cmp['regressions'])} regression(s) beyond {a.fail_on_regression:g}% against "
+              f"{a.files[0]}", file=sys.stderr)
+        return EXIT_REGRESSION
+    return EXIT_OK
+
+
 def main(argv: list | None = None) -> int:
     ap = parser()
     a = parse_args(ap, argv)
     prog = ap.prog  # compare.py from scripts/, phasebench-compare as a console script
+    kinds = [pc.file_kind(f) for f in a.files]
+    if pc.KIND in kinds:
+        if any(k == "results" for k in kinds):
+            print(f"{prog}: error: {', '.join(f for f, k in zip(a.files, kinds) if k == pc.KIND)} hold(s) counters "
+                  f"(`phasebench counters`) and the others timed results; compare counters with counters and "
+                  f"results with results", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return compare_counters(a, prog)
     results, errors = pr.load_many(a.files)
     for e in errors:
         print(f"{prog}: error: {e}", file=sys.stderr)
