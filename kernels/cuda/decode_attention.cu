@@ -299,8 +299,10 @@ __global__ void __launch_bounds__(kThreads)
         sm_m[warp][g] = m[g];
         sm_l[warp][g] = l[g];
       }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sm_acc[warp][g][sub * 8 + i] = acc[g][i];
+      // Two 16-byte stores a lane (8 scalar ones would be 4-way bank conflicts each).
+      float4* dst = reinterpret_cast<float4*>(&sm_acc[warp][g][sub * 8]);
+      dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+      dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
     }
   }
   __syncthreads();

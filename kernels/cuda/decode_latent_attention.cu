@@ -17,7 +17,7 @@
 //   the 576-wide reduction is split over the 4 warps (9 k16 steps each); the
 //   head tile's queries stay in shared memory (18 KiB, loaded once; in
 //   registers they would push the kernel past 255 registers into spills), each
-//   warp's partial S goes through shared memory (8 KiB), where
+//   warp's partial S goes through shared memory (10 KiB, rows padded against bank conflicts), where
 //   every warp sums the four partials in the same order, so all warps hold the
 //   same scores and the same online softmax (log2 domain, running max and sum).
 // - O[16 heads, 512] += P . C[:, :512]: each warp owns 128 output columns (16
@@ -63,6 +63,10 @@ constexpr int kR = 512, kP = 64, kW = kR + kP;  // latent width
 constexpr int kHeads = 16;                      // heads per CTA: the MMA's M
 constexpr int kTokens = 32;                     // latent rows per tile
 constexpr int kLds = kW + 8;                    // shared row stride in elements (292 words: 4 mod 32)
+// The warps' partial scores [warp][head][token] in rows of 40 floats (8 mod 32): the
+// float2 stores and loads of a half-warp (heads g = 0..3, token pairs 2t) hit 32
+// distinct banks; rows of 32 put the 8 heads of a column in one bank (8-way conflicts).
+constexpr int kRedLd = 32 + 8;
 constexpr int kKStepsPerWarp = kW / 16 / kWarps;  // 9 k16 steps of the score reduction per warp
 constexpr int kColsPerWarp = kR / kWarps;         // 128 output columns per warp
 constexpr int kONTiles = kColsPerWarp / 8;        // 16
@@ -70,9 +74,9 @@ constexpr int kSNTiles = kTokens / 8;             // 4 score n8 tiles (tokens)
 constexpr int kVecPerRow = kW / 8;                // 72 16-byte vectors per latent row
 constexpr int kVecPerThread = kTokens * kVecPerRow / kThreads;  // 18
 constexpr std::size_t kTileBytes = static_cast<std::size_t>(kTokens) * kLds * 2;
-constexpr std::size_t kRedBytes = static_cast<std::size_t>(kWarps) * kHeads * kTokens * sizeof(float);
+constexpr std::size_t kRedBytes = static_cast<std::size_t>(kWarps) * kHeads * kRedLd * sizeof(float);
 constexpr std::size_t kQBytes = static_cast<std::size_t>(kHeads) * kLds * 2;
-constexpr std::size_t kSmemBytes = 2 * kTileBytes + kRedBytes + kQBytes;  // 101632
+constexpr std::size_t kSmemBytes = 2 * kTileBytes + kRedBytes + kQBytes;  // 103680
 static_assert(kW % (16 * kWarps) == 0 && kR % (8 * kWarps) == 0, "warp split of the latent");
 static_assert(kTokens * kVecPerRow % kThreads == 0, "tile loads per thread");
 static_assert((kLds * 2) % 16 == 0, "16-byte aligned shared rows");
@@ -92,7 +96,7 @@ template <class Tag, bool Paged>
 __global__ void __launch_bounds__(kThreads, 2) latent_attention_kernel(LatentParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   auto* tiles = reinterpret_cast<std::uint16_t*>(smem);          // [2][kTokens][kLds]
-  auto* red = reinterpret_cast<float*>(smem + 2 * kTileBytes);    // [kWarps][kHeads][kTokens]
+  auto* red = reinterpret_cast<float*>(smem + 2 * kTileBytes);    // [kWarps][kHeads][kRedLd]
   auto* qs = reinterpret_cast<std::uint16_t*>(smem + 2 * kTileBytes + kRedBytes);  // [kHeads][kLds]
   constexpr float kNegInf = -INFINITY;
 
@@ -175,26 +179,32 @@ __global__ void __launch_bounds__(kThreads, 2) latent_attention_kernel(LatentPar
         mma_16816(Tag{}, sp[j], qa, *reinterpret_cast<const unsigned*>(r), *reinterpret_cast<const unsigned*>(r + 8));
       }
     }
-    float* rw = red + warp * kHeads * kTokens;
+    float* rw = red + warp * kHeads * kRedLd;
 #pragma unroll
     for (int j = 0; j < kSNTiles; ++j) {
       const int col = j * 8 + 2 * t;
-      *reinterpret_cast<float2*>(rw + g * kTokens + col) = make_float2(sp[j][0], sp[j][1]);
-      *reinterpret_cast<float2*>(rw + (g + 8) * kTokens + col) = make_float2(sp[j][2], sp[j][3]);
+      *reinterpret_cast<float2*>(rw + g * kRedLd + col) = make_float2(sp[j][0], sp[j][1]);
+      *reinterpret_cast<float2*>(rw + (g + 8) * kRedLd + col) = make_float2(sp[j][2], sp[j][3]);
     }
     __syncthreads();
 
-    // Full scores (the four partials summed in the same order by every warp), masked past the chunk.
+    // Full scores (the four partials summed in the same order by every warp, a pair of
+    // tokens at a time), masked past the chunk: s[j][2h + c] is head g + 8h, token col + c.
     float s[kSNTiles][4];
 #pragma unroll
     for (int j = 0; j < kSNTiles; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = e < 2 ? g : g + 8, col = j * 8 + 2 * t + (e & 1);
-        float v = 0.f;
+      for (int h = 0; h < 2; ++h) {
+        const int row = g + 8 * h, col = j * 8 + 2 * t;
+        float2 v = make_float2(0.f, 0.f);
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) v += red[(w * kHeads + row) * kTokens + col];
-        s[j][e] = base + col < t1 ? v * p.scale_log2 : kNegInf;
+        for (int w = 0; w < kWarps; ++w) {
+          const float2 x = *reinterpret_cast<const float2*>(red + (w * kHeads + row) * kRedLd + col);
+          v.x += x.x;
+          v.y += x.y;
+        }
+        s[j][2 * h] = base + col < t1 ? v.x * p.scale_log2 : kNegInf;
+        s[j][2 * h + 1] = base + col + 1 < t1 ? v.y * p.scale_log2 : kNegInf;
       }
 
     // Online softmax per row (the 4 lanes of a row hold its 32 scores).
