@@ -63,7 +63,7 @@ void print_point(std::ostream& out, const Point& p, const SolEstimate& e) {
     }
     out << fmt::format("    {:<44} {} blocks x {}  {} regs  {}/SM ({})  waves {:.2f}  DRAM {}  sectors {}  conflicts {}  "
                        "in flight {}/SM  {} {}\n",
-                       short_kernel_name(L.kernel).substr(0, 44), L.blocks, L.threads_per_block,
+                       L.short_name.substr(0, 44), L.blocks, L.threads_per_block,
                        L.registers_known ? std::to_string(L.registers) : std::string("?"), L.blocks_per_sm,
                        L.occupancy_limiter, L.waves, mb(static_cast<double>(L.dram_bytes)), pct(L.sector_efficiency),
                        L.bank_conflicts, kib(L.inflight_per_sm), L.bound, duration(L.t));
@@ -82,24 +82,6 @@ std::optional<std::string> emulated_target_for(const std::string& gpu_key) {
 std::string counted_gpus() {
   std::string s;
   for (const auto& t : kTargets) s += (s.empty() ? "" : ", ") + std::string(t.gpu);
-  return s;
-}
-
-std::string short_kernel_name(const std::string& demangled) {
-  std::string s = demangled;
-  if (s.rfind("void ", 0) == 0) s = s.substr(5);
-  // The parameter list: the last top-level parentheses.
-  int depth = 0;
-  for (std::size_t i = s.size(); i-- > 0;) {
-    if (s[i] == ')') ++depth;
-    if (s[i] == '(' && --depth == 0) {
-      s = s.substr(0, i);
-      break;
-    }
-  }
-  for (const std::string ns : {"phasebench::cuda::", "(anonymous namespace)::", "phasebench::"}) {
-    for (std::size_t at; (at = s.find(ns)) != std::string::npos;) s.erase(at, ns.size());
-  }
   return s;
 }
 

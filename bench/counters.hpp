@@ -32,7 +32,4 @@ struct CountersTally {
 CountersTally count_points(Backend& backend, const std::vector<const Point*>& points, const GpuSpec& gpu,
                            ResultsFile& file, std::ostream& out, std::ostream& progress);
 
-// A demangled kernel name without namespaces, return type and parameters.
-std::string short_kernel_name(const std::string& demangled);
-
 }  // namespace phasebench

@@ -77,6 +77,7 @@ SolEstimate estimate_speed_of_light(const nlohmann::json& launches, const OpCost
     SolLaunch L;
     L.kind = j.value("kind", std::string("kernel"));
     L.kernel = j.value("kernel", std::string());
+    L.short_name = j.value("short_name", L.kernel);
     if (L.kind == "library") {
       e.complete = false;
       L.bound = "none";

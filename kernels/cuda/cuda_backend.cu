@@ -104,6 +104,7 @@ nlohmann::json counters_json(const std::vector<pb_emu::counters::Launch>& launch
     nlohmann::json j;
     j["kind"] = L.kind;
     j["kernel"] = L.kernel;
+    j["short_name"] = L.kind == "kernel" ? pb_emu::short_function_name(L.kernel) : L.kernel;
     if (L.kind != "kernel") {
       j["bytes_read"] = L.copy_bytes_read;
       j["bytes_written"] = L.copy_bytes_written;

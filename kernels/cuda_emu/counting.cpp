@@ -505,56 +505,63 @@ bool other_thread(unsigned p_tid, bool p_coll, const Accessor& c) {
   device_fail(msg);
 }
 
-void race_read(std::size_t window, std::size_t n, const Accessor& c) {
+// This block's shadow of the shared byte at `window` (a stale entry of an earlier
+// block is reset), or nullptr past the window.
+Shadow* shadow_at(std::size_t window) {
   State& s = st();
+  if (window >= s.shadow.size()) return nullptr;
+  Shadow& sh = s.shadow[window];
+  if (sh.block != g_block_serial) {
+    sh = Shadow{};
+    sh.block = g_block_serial;
+  }
+  return &sh;
+}
+
+// The hazards of an access by `c` to a byte: with its last writer, and for a write
+// also with its readers since.
+void check_hazards(const Shadow& sh, std::size_t window, const Accessor& c, bool write, const char* ww = "write after write",
+                   const char* wr = "write after read") {
+  if (other_thread(sh.w_tid, sh.w_collective, c) && !ordered(sh.w_bar, sh.w_sync, sh.w_tid, sh.w_collective, c))
+    report_race(write ? ww : "read after write", window, c, write, sh.w_tid, sh.w_collective, true, sh.w_site, sh.w_bar);
+  if (write && sh.r_tid != kNoThread && (sh.r_many || other_thread(sh.r_tid, sh.r_collective, c)) &&
+      !ordered(sh.r_bar, sh.r_sync, sh.r_tid, sh.r_collective, c))
+    report_race(wr, window, c, true, sh.r_tid, sh.r_collective, false, sh.r_site, sh.r_bar);
+}
+
+void race_read(std::size_t window, std::size_t n, const Accessor& c) {
   for (std::size_t i = 0; i < n; ++i) {
-    if (window + i >= s.shadow.size()) break;
-    Shadow& sh = s.shadow[window + i];
-    if (sh.block != g_block_serial) {
-      sh = Shadow{};
-      sh.block = g_block_serial;
-    }
-    if (other_thread(sh.w_tid, sh.w_collective, c) && !ordered(sh.w_bar, sh.w_sync, sh.w_tid, sh.w_collective, c))
-      report_race("read after write", window + i, c, false, sh.w_tid, sh.w_collective, true, sh.w_site, sh.w_bar);
+    Shadow* sh = shadow_at(window + i);
+    if (!sh) break;
+    check_hazards(*sh, window + i, c, false);
     // Keep the reader: a second distinct reader in the same interval marks it shared.
-    if (sh.r_tid == kNoThread || sh.r_bar < c.bar) {
-      sh.r_tid = static_cast<std::uint16_t>(c.tid);
-      sh.r_collective = c.collective;
-      sh.r_many = false;
-    } else if (sh.r_tid != c.tid || c.collective) {
-      sh.r_many = true;
-      sh.r_tid = static_cast<std::uint16_t>(c.tid);
-      sh.r_collective = sh.r_collective || c.collective;
+    if (sh->r_tid == kNoThread || sh->r_bar < c.bar) {
+      sh->r_tid = static_cast<std::uint16_t>(c.tid);
+      sh->r_collective = c.collective;
+      sh->r_many = false;
+    } else if (sh->r_tid != c.tid || c.collective) {
+      sh->r_many = true;
+      sh->r_tid = static_cast<std::uint16_t>(c.tid);
+      sh->r_collective = sh->r_collective || c.collective;
     }
-    sh.r_bar = c.bar;
-    sh.r_sync = c.sync;
-    sh.r_site = c.site;
+    sh->r_bar = c.bar;
+    sh->r_sync = c.sync;
+    sh->r_site = c.site;
   }
 }
 
 void race_write(std::size_t window, std::size_t n, const Accessor& c, const char* what_if_ww = "write after write") {
-  State& s = st();
   for (std::size_t i = 0; i < n; ++i) {
-    if (window + i >= s.shadow.size()) break;
-    Shadow& sh = s.shadow[window + i];
-    if (sh.block != g_block_serial) {
-      sh = Shadow{};
-      sh.block = g_block_serial;
-    }
-    if (other_thread(sh.w_tid, sh.w_collective, c) && !ordered(sh.w_bar, sh.w_sync, sh.w_tid, sh.w_collective, c))
-      report_race(what_if_ww, window + i, c, true, sh.w_tid, sh.w_collective, true, sh.w_site, sh.w_bar);
-    if (sh.r_tid != kNoThread) {
-      const bool other = sh.r_many || other_thread(sh.r_tid, sh.r_collective, c);
-      if (other && !ordered(sh.r_bar, sh.r_sync, sh.r_tid, sh.r_collective, c))
-        report_race("write after read", window + i, c, true, sh.r_tid, sh.r_collective, false, sh.r_site, sh.r_bar);
-    }
-    sh.w_tid = static_cast<std::uint16_t>(c.tid);
-    sh.w_collective = c.collective;
-    sh.w_bar = c.bar;
-    sh.w_sync = c.sync;
-    sh.w_site = c.site;
-    sh.r_tid = kNoThread;
-    sh.r_many = false;
+    Shadow* sh = shadow_at(window + i);
+    if (!sh) break;
+    check_hazards(*sh, window + i, c, true, what_if_ww);
+    sh->w_tid = static_cast<std::uint16_t>(c.tid);
+    sh->w_collective = c.collective;
+    sh->w_bar = c.bar;
+    sh->w_sync = c.sync;
+    sh->w_site = c.site;
+    sh->r_tid = kNoThread;
+    sh->r_many = false;
   }
 }
 
@@ -865,19 +872,10 @@ void cp_async_issue(std::size_t dst_window, unsigned char* dst, const void* src,
     // The copy may land at any moment from now until its wait: the destination must
     // not be in use by another thread now (checked again when it lands).
     const Accessor c = accessor_now(site);
-    State& st_ = st();
-    for (int i = 0; i < bytes; ++i) {
-      if (dst_window + static_cast<std::size_t>(i) >= st_.shadow.size()) break;
-      Shadow& sh = st_.shadow[dst_window + static_cast<std::size_t>(i)];
-      if (sh.block != g_block_serial) continue;
-      if (other_thread(sh.w_tid, sh.w_collective, c) && !ordered(sh.w_bar, sh.w_sync, sh.w_tid, sh.w_collective, c))
-        report_race("cp.async write after write", dst_window + static_cast<std::size_t>(i), c, true, sh.w_tid,
-                    sh.w_collective, true, sh.w_site, sh.w_bar);
-      if (sh.r_tid != kNoThread && (sh.r_many || other_thread(sh.r_tid, sh.r_collective, c)) &&
-          !ordered(sh.r_bar, sh.r_sync, sh.r_tid, sh.r_collective, c))
-        report_race("cp.async write after read", dst_window + static_cast<std::size_t>(i), c, true, sh.r_tid,
-                    sh.r_collective, false, sh.r_site, sh.r_bar);
-    }
+    for (int i = 0; i < bytes; ++i)
+      if (Shadow* sh = shadow_at(dst_window + static_cast<std::size_t>(i)))
+        check_hazards(*sh, dst_window + static_cast<std::size_t>(i), c, true, "cp.async write after write",
+                      "cp.async write after read");
   }
   if (!s.window) return;
   Alloc* al = find_alloc(a);

@@ -146,8 +146,9 @@ std::string readable_line(std::string s) {
   return s;
 }
 
-// A function without namespaces and parameters, as the counters print kernels.
-std::string readable_function(std::string s) {
+}  // namespace
+
+std::string short_function_name(std::string s) {
   int depth = 0;
   for (std::size_t i = s.size(); i-- > 0;) {
     if (s[i] == ')') ++depth;
@@ -161,6 +162,8 @@ std::string readable_function(std::string s) {
     for (std::size_t at; (at = s.find(ns)) != std::string::npos;) s.erase(at, ns.size());
   return s;
 }
+
+namespace {
 
 }  // namespace
 
@@ -252,7 +255,7 @@ std::string describe_code_address(const void* pc) {
       if (std::fgets(fn, sizeof fn, p) && std::fgets(line, sizeof line, p)) {
         fn[std::strcspn(fn, "\n")] = 0;
         line[std::strcspn(line, "\n")] = 0;
-        if (std::strncmp(line, "??", 2) != 0) out = readable_line(line) + " (" + readable_function(fn) + ")";
+        if (std::strncmp(line, "??", 2) != 0) out = readable_line(line) + " (" + short_function_name(fn) + ")";
       }
       pclose(p);
     }

@@ -28,7 +28,9 @@ std::string target_arch();
 counters::Occupancy occupancy_of(const void* fn, int block_threads, std::size_t dynamic_smem);
 // Where the table came from ("ptxas of the nvcc build, N kernels", or why there is none).
 std::string resource_table_source();
-// "function (file:line)" of a code address, from the binary's line tables (addr2line).
+// A demangled function's name without namespaces, return type and parameters.
+std::string short_function_name(std::string demangled);
+// "file:line (function)" of a code address, from the binary's line tables (addr2line).
 std::string describe_code_address(const void* pc);
 
 }  // namespace pb_emu

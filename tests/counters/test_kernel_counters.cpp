@@ -209,6 +209,12 @@ TEST_F(KernelCounters, LatentAttentionReadsTheLatentCacheOnce) {
     SCOPED_TRACE(paged ? "paged" : "contiguous");
     const auto c = count(latent_attention_request(s, DType::bf16, paged, 192));
     expect_formula_bytes(c, 0.005, split_partials(c, "latent_attention_kernel<", s.B * s.H, s.R + 2, 1));
+    // The warps' partial scores go through shared memory in padded rows: no bank conflicts
+    // (rows of 32 floats had 8-way ones on the loads and 4-way on the stores).
+    const auto k = c.kernels("latent_attention_kernel<");
+    ASSERT_EQ(k.size(), 1u);
+    for (const char* kind : {"ld", "st"})
+      EXPECT_EQ(k[0].at("shared").at(kind).at("sectors"), k[0].at("shared").at(kind).at("ideal")) << kind;
     if (!paged) {
       const auto cache = c.buffers(s.B * s.L * (s.R + s.P) * 2);
       ASSERT_EQ(cache.size(), 1u);

@@ -19,6 +19,7 @@ namespace phasebench {
 
 struct SolLaunch {
   std::string kernel;
+  std::string short_name;       // without namespaces and parameters
   std::string kind = "kernel";  // kernel, copy, memset, library
   std::uint64_t blocks = 0;
   int threads_per_block = 0, blocks_per_sm = 0, registers = 0;
