@@ -38,18 +38,19 @@ void print_point(std::ostream& out, const Point& p, const SolEstimate& e) {
   out << p.name << "\n";
   std::size_t kernels = 0;
   for (const auto& L : e.launches) kernels += L.kind == "kernel" ? 1 : 0;
+  // The excess is over the op's formula bytes, which include a library call's: only a
+  // complete count has one.
   const std::string counted = fmt::format(
-      "counted DRAM {}{}  sectors/request {:.2f} (ideal {:.2f}, {} efficient)  bank conflicts {}",
-      mb(static_cast<double>(e.dram_bytes)),
+      "counted DRAM {}{}{}  sectors/request {:.2f} (ideal {:.2f}, {} efficient)  bank conflicts {}",
+      mb(static_cast<double>(e.dram_bytes)), e.complete ? fmt::format(" ({:+.1f}%)", 100.0 * e.excess) : std::string(),
       e.l2_read_bytes ? fmt::format(", {} more read back from L2", mb(static_cast<double>(e.l2_read_bytes))) : std::string(),
       e.sectors_per_request, e.ideal_sectors_per_request, pct(e.sector_efficiency), e.bank_conflicts);
   if (e.complete)
-    out << fmt::format("  formula {}  {} ({:+.1f}% over the formula)\n", mb(static_cast<double>(e.formula_bytes)),
-                       counted, 100.0 * e.excess);
+    out << fmt::format("  formula {}  {}\n", mb(static_cast<double>(e.formula_bytes)), counted);
   else if (kernels == 0)
     out << fmt::format("  formula {}  nothing counted: every launch is a library call\n",
                        mb(static_cast<double>(e.formula_bytes)));
-  else  // the formula covers the library calls too: no excess to compare
+  else
     out << fmt::format("  formula {} (library calls included)  our kernels alone: {}\n",
                        mb(static_cast<double>(e.formula_bytes)), counted);
   if (!e.complete) {
