@@ -17,7 +17,7 @@
 
 #include "backend.hpp"
 #include "counters.hpp"
-#include "crossings.hpp"
+#include "standing.hpp"
 #include "fixture.hpp"
 #include "phasebench/analytical.hpp"
 #include "phasebench/checked.hpp"
@@ -300,8 +300,7 @@ nlohmann::json run_context(Backend& backend, const std::string& why, const RunFl
   std::string cmdline;
   for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
   pctx["command_line"] = cmdline;
-  pctx["decode_linear_crossings"] = nlohmann::json::array();  // filled in when the sweep ends
-  pctx["decode_moe_crossings"] = nlohmann::json::array();     // likewise
+  for (const auto& r : OpRegistry::get().records()) pctx[r.key] = nlohmann::json::array();  // filled in when the sweep ends
   pctx["beyond_caches_bytes"] = kBeyondCachesFactor * backend.device().cache_bytes;  // points' "beyond_caches"
   const auto& stop = opts.stop;
   if (stop.by_noise)
@@ -365,8 +364,12 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   if (!f.no_calibrate) check_bandwidth_again(backend, file);
-  file.set_phasebench_field("decode_linear_crossings", decode_linear_crossings(file.document()));
-  file.set_phasebench_field("decode_moe_crossings", decode_moe_crossings(file.document()));
+  {
+    // The operations' run records (phasebench/report.hpp), from the standing entries.
+    const auto standing = standing_points(file.document());
+    const auto run = file.document().at("context").at("phasebench");
+    for (const auto& r : OpRegistry::get().records()) file.set_phasebench_field(r.key, r.make(standing, run));
+  }
   file.write();
   if (!f.no_summary) std::cout << summarize(file.document());
   std::cout << "\nresults: " << path << "\n";

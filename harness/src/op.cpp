@@ -116,6 +116,8 @@ const OpRegistry& OpRegistry::get() {
     declare_all_ops(reg);
     std::stable_sort(reg.groups_.begin(), reg.groups_.end(),
                      [](const SweepGroup& a, const SweepGroup& b) { return a.order < b.order; });
+    std::stable_sort(reg.sections_.begin(), reg.sections_.end(),
+                     [](const SummarySection& a, const SummarySection& b) { return a.order < b.order; });
     return reg;
   }();
   return r;
@@ -138,6 +140,30 @@ void OpRegistry::group(SweepGroup g) {
   if (std::any_of(groups_.begin(), groups_.end(), [&](const SweepGroup& o) { return o.name == g.name; }))
     throw std::logic_error("sweep group '" + g.name + "' is declared twice");
   groups_.push_back(std::move(g));
+}
+
+void OpRegistry::point_report(PointReport r) {
+  if (point_report(r.kind)) throw std::logic_error("operation '" + r.kind + "' has two point reports");
+  if (!r.json) throw std::logic_error("the point report of '" + r.kind + "' makes no JSON");
+  point_reports_.push_back(std::move(r));
+}
+
+const PointReport* OpRegistry::point_report(std::string_view kind) const {
+  for (const auto& r : point_reports_)
+    if (r.kind == kind) return &r;
+  return nullptr;
+}
+
+void OpRegistry::record(RunRecord r) {
+  if (std::any_of(records_.begin(), records_.end(), [&](const RunRecord& o) { return o.key == r.key; }))
+    throw std::logic_error("run record '" + r.key + "' is declared twice");
+  records_.push_back(std::move(r));
+}
+
+void OpRegistry::section(SummarySection s) {
+  if (std::any_of(sections_.begin(), sections_.end(), [&](const SummarySection& o) { return o.name == s.name; }))
+    throw std::logic_error("summary section '" + s.name + "' is declared twice");
+  sections_.push_back(std::move(s));
 }
 
 const OpDecl& OpRegistry::op(std::string_view kind) const {

@@ -15,7 +15,7 @@
 
 #include "backend.hpp"
 #include "cli_test_util.hpp"
-#include "crossings.hpp"
+#include "standing.hpp"
 #include "cpu/reference.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
@@ -361,7 +361,7 @@ TEST(Moe, SummaryShowsTheMeasuredAndPredictedDecodeCrossing) {
            {"roofline", roof}, {"roofline_by_source", {{"datasheet", roof}}}}}});
   };
   for (std::uint64_t B : {1u, 16u, 256u, 4096u, 65536u}) add(B);
-  const auto rec = decode_moe_crossings(doc);
+  const auto rec = decode_moe_crossings(standing_points(doc), run_context(doc));
   ASSERT_EQ(rec.size(), 1u);
   const MoeShape s{0, q.experts_per_token, q.experts, q.hidden, q.expert_intermediate};
   // P_eff is P (the largest batch is compute-bound), W_eff is W.
@@ -380,5 +380,5 @@ TEST(Moe, SummaryShowsTheMeasuredAndPredictedDecodeCrossing) {
       << text;
   // Still streaming at the largest batch: beyond the sweep.
   doc["benchmarks"].erase(doc["benchmarks"].end() - 1);
-  EXPECT_EQ(decode_moe_crossings(doc)[0].at("measured").at("text"), "> 4096");
+  EXPECT_EQ(decode_moe_crossings(standing_points(doc), run_context(doc))[0].at("measured").at("text"), "> 4096");
 }

@@ -21,6 +21,7 @@
 
 #include "phasebench/dtype.hpp"
 #include "phasebench/model.hpp"
+#include "phasebench/report.hpp"
 #include "phasebench/shape.hpp"
 #include "phasebench/workload.hpp"
 
@@ -154,16 +155,27 @@ class OpRegistry {
   void declare(OpDecl d);
   void axis(AxisDecl a);
   void group(SweepGroup g);
+  // Reporting (phasebench/report.hpp): at most one point report per kind.
+  void point_report(PointReport r);
+  void record(RunRecord r);
+  void section(SummarySection s);
   // The operation `kind`; std::logic_error when nothing declares it.
   const OpDecl& op(std::string_view kind) const;
   const std::vector<OpDecl>& ops() const { return ops_; }
   const std::vector<AxisDecl>& axes() const { return axes_; }
   const std::vector<SweepGroup>& groups() const { return groups_; }
+  // The point report of `kind`, or nullptr.
+  const PointReport* point_report(std::string_view kind) const;
+  const std::vector<RunRecord>& records() const { return records_; }
+  const std::vector<SummarySection>& sections() const { return sections_; }  // in order
 
  private:
   std::vector<OpDecl> ops_;
   std::vector<AxisDecl> axes_;
   std::vector<SweepGroup> groups_;
+  std::vector<PointReport> point_reports_;
+  std::vector<RunRecord> records_;
+  std::vector<SummarySection> sections_;
 };
 
 // Defines the registration function of harness/src/ops/<name>.cpp.
