@@ -201,7 +201,9 @@ std::vector<AxisAlias> axis_aliases() {
   for (auto& x : out) {
     std::vector<std::string> axes;
     for (const auto& [g, a] : x.targets) axes.push_back(g + "." + a);
-    x.help = "old flag, for one release: sets " + join(axes, " and ") + " (--axis)";
+    const std::string last = axes.back();
+    axes.pop_back();
+    x.help = "old flag, kept for one release: --axis " + (axes.empty() ? last : join(axes, ", ") + " and " + last);
   }
   return out;
 }
