@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <benchmark/benchmark.h>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -25,7 +26,6 @@
 #include "phasebench/gpu_specs.hpp"
 #include "phasebench/json_fields.hpp"
 #include "phasebench/model.hpp"
-#include "phasebench/ops/linear.hpp"
 #include "results.hpp"
 #include "overhead.hpp"
 #include "summary.hpp"
@@ -124,43 +124,42 @@ nlohmann::json device_json(const DeviceInfo& d) {
 
 namespace {
 
+std::string join_words(const std::vector<std::string>& v, const std::string& sep = ",") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
 // What `phasebench run` takes besides Google Benchmark's flags.
 struct RunFlags {
-  std::string backend = "auto", models = "llama-3.1-8b", dtypes, ops, out, cache = "cold", ceiling = "measured";
+  std::string backend = "auto", models = join_words(SweepConfig{}.models), dtypes, ops, out, cache = "cold", ceiling = "measured";
   std::string cold_timing = "rotate";
-  std::map<std::string, std::string> axes;  // axis key -> the flag's text (OpRegistry's axes)
+  std::vector<std::string> axes;              // --axis GROUP.AXIS=VALUES, in order
+  std::map<std::string, std::string> aliases;  // old flag -> its text (axis_aliases())
   std::vector<std::string> shapes;
   // The stopping rule and the energy window; empty: the backend's defaults (stop_rule()).
   std::string max_noise, min_samples, max_time, energy_window;
   bool no_calibrate = false, profile = false, no_blas = false, no_summary = false, no_paired_read = false,
-       verify_only = false, overwrite = false;
+       verify_only = false, overwrite = false, list_axes = false;
 };
 
-std::string join_sizes(const std::vector<std::uint64_t>& v) {
-  std::string s;
-  for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
-
-// What selects a sweep's points: models, dtypes, the operations' axes, free shapes, groups.
+// What selects a sweep's points: models, dtypes, the groups' axes, free shapes, groups.
 void add_sweep_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--model", f.models,
-                 "short names or config.json paths, comma-separated (default llama-3.1-8b; on a GPU the attention "
-                 "benchmarks add llama-3.1-70b unless --model is given)")
+                 "short names or config.json paths, comma-separated (default " + join_words(SweepConfig{}.models) +
+                     "); without it, some groups run their own default models (--list-axes says which)")
       ->envname("PHASEBENCH_MODEL");
   app.add_option("--dtype", f.dtypes, "comma-separated: fp32, tf32, fp16, bf16, fp8 (default: bf16 on GPU, fp32 on CPU)")
       ->envname("PHASEBENCH_DTYPE");
-  // The sweep axes the operations declare (harness/src/ops/), with their defaults.
-  auto join_words = [](const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-    return s;
-  };
-  for (const auto& a : OpRegistry::get().axes())
-    app.add_option(a.flag, f.axes[a.key],
-                   a.help + " (default: GPU " + (a.text ? join_words(a.gpu_text) : join_sizes(a.gpu_default)) + "; CPU " +
-                       (a.text ? join_words(a.cpu_text) : join_sizes(a.cpu_default)) + ")")
-        ->envname(a.env);
+  app.add_option("--axis", f.axes,
+                 "GROUP.AXIS=VALUES, repeatable: one axis of one group, e.g. " + axis_example() +
+                     " (lists; 1..256 doubling; start:end:xF geometric, e.g. 512:32768:x4; start:end:+S; words for "
+                     "text axes; --list-axes lists them)")
+      ->allow_extra_args(false);
+  app.add_flag("--list-axes", f.list_axes, "list every group's axes, their defaults and old flags, and exit");
+  // The flags of the axes before --axis, aliases for one release (each sets the axes that name it).
+  for (const auto& a : axis_aliases())
+    app.add_option(a.flag, f.aliases[a.flag], a.help)->envname(a.env)->group("Old sweep flags (aliases of --axis)");
   app.add_option("--shape", f.shapes, "free-form linear shape M,N,K (repeatable)");
   std::string groups = "groups to run, comma-separated (default: all):";
   for (const auto& g : OpRegistry::get().groups()) groups += "\n  " + g.name + ": " + g.help;
@@ -233,6 +232,8 @@ StopRule stop_rule(const RunFlags& f, const Backend& backend, bool min_time_give
   return r;
 }
 
+// The sweep the flags ask for. The old flags set their axes first, --axis then
+// overrides; a run that uses an old flag says once what replaces it.
 SweepConfig sweep_config(const RunFlags& f, bool models_given) {
   SweepConfig cfg;
   cfg.models.clear();
@@ -240,27 +241,24 @@ SweepConfig sweep_config(const RunFlags& f, bool models_given) {
   cfg.models_given = models_given;
   if (!f.dtypes.empty())
     for (auto& d : CLI::detail::split(f.dtypes, ',')) cfg.dtypes.push_back(parse_dtype(d));
-  for (const auto& a : OpRegistry::get().axes()) {
-    const auto& text = f.axes.at(a.key);
+  std::vector<std::string> old, replacements;
+  for (const auto& a : axis_aliases()) {
+    const auto& text = f.aliases.at(a.flag);
     if (text.empty()) continue;
-    if (a.text) {
-      std::vector<std::string> words;
-      for (auto& w : CLI::detail::split(text, ',')) {
-        if (w.empty()) throw InputError(a.flag + ": an empty item in " + quote_value(text));
-        words.push_back(w);
-      }
-      if (a.check_text) a.check_text(words);  // bad input fails before a device is chosen
-      cfg.axes.texts[a.key] = std::move(words);
-      continue;
-    }
-    auto v = parse_size_list(text, a.flag);
-    if (a.single && v.size() != 1) throw InputError(a.flag + " takes one value, got '" + text + "'");
-    cfg.axes.sizes[a.key] = std::move(v);
+    replacements.push_back(set_alias(cfg, a, text));  // bad input fails before a device is chosen
+    old.push_back(a.flag + (std::getenv(a.env.c_str()) ? " (" + a.env + ")" : ""));
   }
-  for (const auto& s : f.shapes) cfg.axes.shapes.push_back(parse_shape(s));
+  for (const auto& x : f.axes) set_axis(cfg, x);
+  if (!old.empty())
+    std::cerr << "phasebench: note: " << join_words(old, ", ") << (old.size() > 1 ? " are old flags" : " is an old flag")
+              << ", kept for one release as an alias of --axis; instead use " << join_words(replacements, " ") << "\n";
+  for (const auto& s : f.shapes) cfg.shapes.push_back(parse_shape(s));
   if (!f.ops.empty())
     for (auto& g : CLI::detail::split(f.ops, ',')) cfg.groups.insert(g);
-  if (!cfg.axes.shapes.empty() && f.ops.empty()) cfg.groups = {"free"};  // --shape alone runs just those shapes
+  // --shape alone runs just those shapes.
+  if (!cfg.shapes.empty() && f.ops.empty())
+    for (const auto& g : OpRegistry::get().groups())
+      if (g.from_shapes) cfg.groups.insert(g.name);
   cfg.compare_blas = !f.no_blas;
   for (const auto& m : cfg.models) load_model(m);  // unknown model: fail before choosing a device
   return cfg;
@@ -408,6 +406,10 @@ int cmd_run(int argc, char** argv) {
     return parse_failed(app, e);
   }
 
+  if (f.list_axes) {
+    std::cout << list_axes();
+    return 0;
+  }
   try {
     if (f.cache != "cold" && f.cache != "hot") throw InputError("--cache must be cold or hot, got '" + f.cache + "'");
     RunOptions ropts;
@@ -474,6 +476,10 @@ int cmd_counters(int argc, char** argv) {
                  "counters file (default results/counters/<gpu>/<UTC time>.json); never replaced unless --overwrite");
   app.add_flag("--overwrite", f.overwrite, "replace the --out file if it exists");
   return run_command(app, argc, argv, [&]() -> int {
+    if (f.list_axes) {
+      std::cout << list_axes();
+      return 0;
+    }
     const GpuSpec spec = GpuTable::load().get(gpu);
     const auto target = emulated_target_for(spec.key);
     if (!target)
@@ -561,7 +567,7 @@ int cmd_model(int argc, char** argv) {
   app.add_option("--context", context, "tokens in the KV cache at the decode step (default: the prompt length)");
   app.add_option("--new-tokens", new_tokens,
                  "new tokens per sequence in the decode step (default 1; S > 1: speculative verification of S tokens, "
-                 "causal among themselves, with logits for each, as the decode_attention_multi benchmark runs them)");
+                 "causal among themselves, with logits for each, as the multi-token decode attention benchmarks run them)");
   app.add_option("--dtype", dtype, "weights/activations: fp32, fp16, bf16, fp8");
   app.add_option("--kv-dtype", kv_dtype, "KV cache element type (default: --dtype, 16-bit for 8-bit weights)");
   app.add_option("--weight-dtype", weight_dtype,
@@ -721,8 +727,19 @@ int cmd_overhead(int argc, char** argv) {
     const bool gpu = backend->device().backend != "cpu";
     const LinearShape shape =
         shape_text.empty() ? (gpu ? LinearShape{8192, 8192, 8192} : LinearShape{256, 4096, 4096}) : parse_shape(shape_text);
-    const OpRequest r =
-        linear_request(shape, dtype_text.empty() ? (gpu ? DType::bf16 : DType::fp32) : parse_dtype(dtype_text), Impl::blas);
+    // The request the free-shape groups make for this shape: their vendor-library row.
+    SweepConfig cfg;
+    cfg.shapes = {shape};
+    cfg.dtypes = {dtype_text.empty() ? (gpu ? DType::bf16 : DType::fp32) : parse_dtype(dtype_text)};
+    for (const auto& g : OpRegistry::get().groups())
+      if (g.from_shapes) cfg.groups.insert(g.name);
+    apply_defaults(cfg, *backend);
+    const auto pts = build_sweep(cfg, *backend);
+    const auto vendor = std::find_if(pts.begin(), pts.end(), [](const Point& p) { return p.request.impl == Impl::blas; });
+    if (vendor == pts.end())
+      throw InputError("overhead: this backend has no vendor-library row for --shape " + shape_text +
+                       " in " + std::string(to_string(cfg.dtypes.front())) + "; try another --dtype");
+    const OpRequest r = vendor->request;
     if (auto no = backend->cannot_run(r)) throw InputError("overhead check cannot run: " + *no);
     auto op = backend->prepare(r);
     op->verify();

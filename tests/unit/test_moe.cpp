@@ -226,7 +226,7 @@ TEST(Moe, SweepPointsNamesAndShapeJson) {
   auto b = make_cpu_backend();
   SweepConfig c;
   c.groups = {"moe"};
-  c.axes.texts["routing"] = {"uniform", "hot:0.5"};
+  c.axes["moe"].texts["routing"] = {"uniform", "hot:0.5"};
   apply_defaults(c, *b);
   const auto pts = build_sweep(c, *b);
   // CPU defaults: Qwen3-30B-A3B, decode batches 1, 8, 64 and a prefill of 64 tokens, per routing.
@@ -252,7 +252,7 @@ TEST(Moe, SweepPointsNamesAndShapeJson) {
   EXPECT_TRUE(saw);
   // Bad input: a routing that does not parse, a dense model.
   SweepConfig bad;
-  bad.axes.texts["routing"] = {"zipf:x"};
+  bad.axes["moe"].texts["routing"] = {"zipf:x"};
   EXPECT_THROW(apply_defaults(bad, *b), InputError);
   // --model given: the moe group runs for the MoE models among them, none for a dense one.
   SweepConfig dense;

@@ -35,7 +35,7 @@ TEST(Sweep, SizeLists) {
 TEST(Sweep, NamesReadAsPathsAndCarryStructuredParameters) {
   auto b = make_cpu_backend();
   SweepConfig c;
-  c.axes.sizes["decode_batches"] = {1, 32};
+  c.axes["decode_linear"].sizes["batch"] = {1, 32};
   c.groups = {"decode_linear", "decode_attention"};
   apply_defaults(c, *b);
   const auto pts = build_sweep(c, *b);
@@ -71,7 +71,7 @@ TEST(Sweep, BadConfig) {
   EXPECT_THROW(build_sweep(c, *b), InputError);
   c.groups.clear();
   SweepConfig odd_page;
-  odd_page.axes.sizes["page_size"] = {10};  // not a power of two
+  odd_page.axes["kv_append"].sizes["page_size"] = {10};  // not a multiple of 16
   EXPECT_THROW(apply_defaults(odd_page, *b), InputError);
   c.models = {"no-such-model"};
   EXPECT_THROW(build_sweep(c, *b), InputError);
