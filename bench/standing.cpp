@@ -6,6 +6,19 @@
 
 namespace phasebench {
 
+namespace {
+
+// A point's identity: its run_name, else its name (non-empty strings), else the
+// entry alone ("#" and its index, after a NUL no name holds).
+std::string point_id(const nlohmann::json& b, std::size_t index) {
+  for (const char* k : {"run_name", "name"})
+    if (const auto it = b.find(k); it != b.end() && it->is_string() && !it->get_ref<const std::string&>().empty())
+      return it->get<std::string>();
+  return std::string(1, '\0') + "#" + std::to_string(index);
+}
+
+}  // namespace
+
 Standing standing_points(const nlohmann::json& results) {
   struct Candidates {
     const nlohmann::json* iteration = nullptr;
@@ -16,14 +29,17 @@ Standing standing_points(const nlohmann::json& results) {
   // Pointers into `results` itself (value() would copy).
   static const nlohmann::json none = nlohmann::json::array();
   const auto& benchmarks = results.is_object() && results.contains("benchmarks") ? results.at("benchmarks") : none;
-  for (const auto& b : benchmarks) {
-    if (!b.is_object() || !b.contains("phasebench")) continue;
-    const std::string run = b.value("run_name", b.value("name", ""));
-    if (!by_run.count(run)) order.push_back(run);
+  for (std::size_t i = 0; i < benchmarks.size(); ++i) {
+    const auto& b = benchmarks[i];
+    if (!b.is_object()) continue;
+    const std::string run = point_id(b, i);
+    if (!by_run.count(run)) order.push_back(run);  // points in the order first seen
     auto& s = by_run[run];
-    if (b.value("run_type", "iteration") != "aggregate")
+    // An entry without a phasebench object is none of ours: it neither stands nor hides another.
+    if (!b.contains("phasebench") || !b.at("phasebench").is_object()) continue;
+    if (b.value("run_type", nlohmann::json()) != "aggregate")
       s.iteration = &b;
-    else if (b.value("aggregate_name", "") == "median")
+    else if (b.value("aggregate_name", nlohmann::json()) == "median")
       s.median = &b;
   }
   std::vector<const nlohmann::json*> out;
