@@ -14,7 +14,7 @@
 #include <random>
 
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "phasebench/error.hpp"
 
 namespace phasebench::cpu {

@@ -24,7 +24,7 @@
 #include "phasebench/error.hpp"
 #include "common/paged_kv.hpp"
 #include "cpu/cpu_op.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/ops/attention.hpp"
 

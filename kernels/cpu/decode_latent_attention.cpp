@@ -22,7 +22,7 @@
 #include "common/numeric.hpp"
 #include "common/paged_kv.hpp"
 #include "cpu/cpu_op.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/latent_attention.hpp"

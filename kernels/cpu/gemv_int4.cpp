@@ -14,7 +14,7 @@
 #include "common/numeric.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/cpu_op.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"

@@ -19,7 +19,7 @@
 #include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
 #include "cpu/cpu_op.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/ops/attention.hpp"
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
 

@@ -44,7 +44,7 @@
 #include <type_traits>
 
 #include "common/paged_kv.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "cuda/cuda_op.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"

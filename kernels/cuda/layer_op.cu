@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
 #include "cuda/decode_attention.hpp"

@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"

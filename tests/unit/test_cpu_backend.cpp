@@ -5,7 +5,7 @@
 
 #include "backend.hpp"
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/attention.hpp"

@@ -16,7 +16,7 @@
 #include "backend.hpp"
 #include "cli_test_util.hpp"
 #include "crossings.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
 #include "phasebench/ops/moe.hpp"

@@ -1,6 +1,6 @@
 // Plain reference implementations (reference.hpp) every backend is verified
 // against, and the tolerance rules of those comparisons.
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 
 #include <algorithm>
 #include <cmath>
