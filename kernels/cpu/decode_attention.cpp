@@ -25,6 +25,7 @@
 #include "common/paged_kv.hpp"
 #include "cpu/cpu_op.hpp"
 #include "reference/common.hpp"
+#include "reference/decode_attention.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/ops/attention.hpp"
 

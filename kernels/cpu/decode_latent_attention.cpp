@@ -23,6 +23,7 @@
 #include "common/paged_kv.hpp"
 #include "cpu/cpu_op.hpp"
 #include "reference/common.hpp"
+#include "reference/decode_latent_attention.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/latent_attention.hpp"

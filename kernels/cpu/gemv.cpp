@@ -13,6 +13,7 @@
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/cpu_op.hpp"
 #include "reference/common.hpp"
+#include "reference/linear.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"

@@ -15,6 +15,7 @@
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/cpu_op.hpp"
 #include "reference/common.hpp"
+#include "reference/linear_int4.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"

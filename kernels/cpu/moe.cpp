@@ -13,6 +13,7 @@
 #include "common/numeric.hpp"
 #include "cpu/cpu_op.hpp"
 #include "reference/common.hpp"
+#include "reference/moe.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/moe.hpp"

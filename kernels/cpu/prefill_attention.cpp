@@ -20,6 +20,7 @@
 #include "phasebench/error.hpp"
 #include "cpu/cpu_op.hpp"
 #include "reference/common.hpp"
+#include "reference/prefill_attention.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/ops/attention.hpp"
 

@@ -25,6 +25,7 @@
 
 #include "common/paged_kv.hpp"
 #include "reference/common.hpp"
+#include "reference/decode_attention.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "reference/common.hpp"
+#include "reference/linear_int4.hpp"
 #include "cuda/cuda_op.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "reference/common.hpp"
+#include "reference/linear.hpp"
 #include "cuda/cuda_common.hpp"
 #include "phasebench/error.hpp"
 

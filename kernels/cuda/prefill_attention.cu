@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "reference/common.hpp"
+#include "reference/prefill_attention.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"

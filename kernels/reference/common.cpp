@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <sstream>
 
 #include "common/numeric.hpp"
@@ -91,61 +90,6 @@ void fill_random(void* data, DType t, std::size_t n, std::uint64_t seed, float s
   }
 }
 
-void fill_int4(std::uint8_t* q, std::uint16_t* scales, std::uint8_t* zeros, std::size_t N, std::size_t K, std::size_t G,
-               std::uint64_t seed) {
-  auto byte = [](std::uint64_t sd, std::uint64_t i) { return static_cast<std::uint8_t>(numeric::mix64(sd ^ numeric::mix64(i)) >> 24); };
-  const std::size_t groups = N * (K / G);
-  for (std::size_t i = 0; i < N * K / 2; ++i) q[i] = byte(seed, i);
-  for (std::size_t i = 0; i < groups; ++i)
-    scales[i] = numeric::float_to_bf16(std::fabs(numeric::random_value(seed + 1, i, 0.125f)));
-  for (std::size_t i = 0; i < (groups + 1) / 2; ++i) zeros[i] = byte(seed + 2, i);
-}
-
-std::vector<float> int4_weight_row(const std::uint8_t* q, const std::uint16_t* scales, const std::uint8_t* zeros,
-                                   std::size_t n, std::size_t K, std::size_t G) {
-  std::vector<float> w(K);
-  for (std::size_t k = 0; k < K; ++k) {
-    const std::size_t gi = n * (K / G) + k / G;
-    const int qv = static_cast<int>(numeric::nibble(q, n * K + k)), zv = static_cast<int>(numeric::nibble(zeros, gi));
-    w[k] = static_cast<float>(qv - zv) * numeric::bf16_to_float(scales[gi]);
-  }
-  return w;
-}
-
-void check_int4_linear(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& positions, const float* X,
-                       const std::uint8_t* q, const std::uint16_t* scales, const std::uint8_t* zeros, std::size_t K,
-                       std::size_t G, const std::function<float(std::uint64_t, std::uint64_t)>& got,
-                       const std::string& what) {
-  std::map<std::uint64_t, std::vector<float>> rows;  // W's rows in use, dequantized once
-  std::vector<float> g;
-  std::vector<double> want, scale;
-  for (const auto& [m, n] : positions) {
-    auto it = rows.find(n);
-    if (it == rows.end()) it = rows.emplace(n, int4_weight_row(q, scales, zeros, n, K, G)).first;
-    double abs_sum = 0;
-    want.push_back(linear_element(X + m * K, it->second.data(), K, 0, 0, &abs_sum));
-    scale.push_back(abs_sum);
-    g.push_back(got(m, n));
-  }
-  check_close(g, want, tolerance_for(DType::bf16), what, &scale);
-}
-
-double linear_element(const float* X, const float* W, std::size_t K, std::size_t m, std::size_t n, double* abs_sum) {
-  double acc = 0, abs_acc = 0;
-  const float* x = X + m * K;
-  const float* w = W + n * K;
-  for (std::size_t k = 0; k < K; ++k) {
-    const double p = static_cast<double>(x[k]) * static_cast<double>(w[k]);
-    acc += p;
-    abs_acc += std::fabs(p);
-  }
-  if (abs_sum) *abs_sum = abs_acc;
-  return acc;
-}
-
-namespace {
-// One query over L keys of width Dk and values of width Dv, in double: the
-// softmax of the scaled dot products, then the weighted sum of the values.
 void attend(const float* q, std::size_t L, std::size_t Dk, std::size_t Dv, float scale,
             const std::function<const float*(std::size_t)>& key, const std::function<const float*(std::size_t)>& value,
             double* out) {
@@ -177,38 +121,6 @@ void attend(const float* q, std::size_t L, std::size_t D, float scale,
   std::vector<double> acc(D);
   attend(q, L, D, D, scale, key, value, acc.data());
   for (std::size_t d = 0; d < D; ++d) out[d] = static_cast<float>(acc[d]);
-}
-}  // namespace
-
-std::vector<float> kv_head_scales(std::size_t Hkv) {
-  std::vector<float> s(2 * Hkv);
-  for (std::size_t h = 0; h < Hkv; ++h) {
-    s[h] = 0.375f + 0.0625f * static_cast<float>(h % 9);       // K: 0.375 .. 0.875
-    s[Hkv + h] = 1.25f + 0.125f * static_cast<float>(h % 7);  // V: 1.25 .. 2.0
-  }
-  return s;
-}
-
-void decode_attention_head(const float* q, std::size_t L, std::size_t D, float scale,
-                           const std::function<const float*(std::size_t)>& key,
-                           const std::function<const float*(std::size_t)>& value, float* out) {
-  attend(q, L, D, scale, key, value, out);
-}
-
-void prefill_attention_row(const float* q, std::size_t i, std::size_t D, float scale,
-                           const std::function<const float*(std::size_t)>& key,
-                           const std::function<const float*(std::size_t)>& value, float* out) {
-  attend(q, i + 1, D, scale, key, value, out);
-}
-
-std::vector<std::uint64_t> prefill_rows_to_check(std::uint64_t S, std::uint64_t tile) {
-  if (S == 0 || tile == 0) return {};
-  const std::uint64_t last_tile = (S - 1) / tile * tile;
-  std::vector<std::uint64_t> rows = {0, 1, tile - 1, tile, tile + 1, last_tile, last_tile + 1, S / 2, S - 2, S - 1};
-  rows.erase(std::remove_if(rows.begin(), rows.end(), [&](std::uint64_t i) { return i >= S; }), rows.end());
-  std::sort(rows.begin(), rows.end());
-  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-  return rows;
 }
 
 Tolerance tolerance_for(DType t) {
@@ -256,88 +168,5 @@ void check_rows_close(const std::vector<float>& got, const std::vector<double>& 
   check_close(got, want, tol, what + " (atol scaled by each row's RMS)", &scale);
 }
 
-std::vector<std::uint64_t> moe_tokens_to_check(const std::uint32_t* expert, std::size_t T, std::size_t k) {
-  std::vector<std::uint64_t> out;
-  if (T == 0) return out;
-  std::vector<bool> covered;
-  for (std::size_t t = 0; t < T; ++t) {
-    bool wanted = t == 0 || t + 1 == T;
-    for (std::size_t j = 0; j < k; ++j) {
-      const auto e = expert[t * k + j];
-      if (e >= covered.size()) covered.resize(e + 1, false);
-      if (!covered[e]) wanted = true;
-    }
-    if (!wanted) continue;
-    for (std::size_t j = 0; j < k; ++j) covered[expert[t * k + j]] = true;
-    out.push_back(t);
-  }
-  return out;
-}
-
-void check_moe(const MoeInputs& in, const std::vector<std::uint64_t>& tokens, DType out_type,
-               const std::function<float(std::uint64_t t, std::uint64_t c)>& got, const std::string& what) {
-  const std::size_t h = in.h, I = in.I, k = in.k;
-  std::vector<std::vector<double>> want(tokens.size(), std::vector<double>(h, 0.0)), scale = want;
-  // Few tokens of wide experts: the threads split each expert's rows, not the tokens.
-  std::vector<float> x(h);
-  std::vector<double> act(I);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const auto t = tokens[i];
-    in.x(t, x.data());
-    for (std::size_t j = 0; j < k; ++j) {
-      const auto e = in.expert[t * k + j];
-      const double w = in.weight[t * k + j];
-#pragma omp parallel if (h * I >= (1u << 16))  // threads only for wide experts
-      {
-        std::vector<float> row(std::max(h, I));
-#pragma omp for schedule(static)
-        for (std::int64_t r = 0; r < static_cast<std::int64_t>(I); ++r) {
-          const auto ri = static_cast<std::size_t>(r);
-          in.gate_up(e, ri, row.data());
-          double g = 0;
-          for (std::size_t c = 0; c < h; ++c) g += static_cast<double>(x[c]) * row[c];
-          in.gate_up(e, I + ri, row.data());
-          double u = 0;
-          for (std::size_t c = 0; c < h; ++c) u += static_cast<double>(x[c]) * row[c];
-          act[ri] = g / (1.0 + std::exp(-g)) * u;
-        }
-#pragma omp for schedule(static)
-        for (std::int64_t c = 0; c < static_cast<std::int64_t>(h); ++c) {
-          const auto ci = static_cast<std::size_t>(c);
-          in.down(e, ci, row.data());
-          double y = 0, a = 0;
-          for (std::size_t r = 0; r < I; ++r) {
-            const double p = act[r] * row[r];
-            y += p;
-            a += std::fabs(p);
-          }
-          want[i][ci] += w * y;
-          scale[i][ci] += w * a;
-        }
-      }
-    }
-  }
-  std::vector<float> g;
-  std::vector<double> wv, sv;
-  g.reserve(tokens.size() * h);
-  for (std::size_t i = 0; i < tokens.size(); ++i)
-    for (std::size_t c = 0; c < h; ++c) {
-      g.push_back(got(tokens[i], c));
-      wv.push_back(want[i][c]);
-      sv.push_back(scale[i][c]);
-    }
-  std::ostringstream os;
-  os << what << ", token/column = index / " << h << " of tokens";
-  for (std::size_t i = 0; i < tokens.size() && i < 8; ++i) os << (i ? "," : " ") << tokens[i];
-  if (tokens.size() > 8) os << ",...";
-  check_close(g, wv, tolerance_for(out_type), os.str(), &sv);
-}
-
-
-void latent_attention_head(const float* q, std::size_t L, std::size_t R, std::size_t P, float scale,
-                           const std::function<const float*(std::size_t)>& latent, double* out) {
-  // Keys: the whole latent (nope and rope parts); values: its first R elements.
-  attend(q, L, R + P, R, scale, latent, latent, out);
-}
 
 }  // namespace phasebench::reference

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "reference/common.hpp"
+#include "reference/prefill_attention.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"

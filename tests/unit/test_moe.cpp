@@ -17,6 +17,7 @@
 #include "cli_test_util.hpp"
 #include "crossings.hpp"
 #include "reference/common.hpp"
+#include "reference/moe.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
 #include "phasebench/ops/moe.hpp"
