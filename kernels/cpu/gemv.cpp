@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/cpu_kernels.hpp"
+#include "cpu/gemv.hpp"
 #include "cpu/cpu_op.hpp"
 #include "reference/common.hpp"
 #include "reference/linear.hpp"

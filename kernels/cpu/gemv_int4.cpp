@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/cpu_kernels.hpp"
+#include "cpu/gemv_int4.hpp"
 #include "cpu/cpu_op.hpp"
 #include "reference/common.hpp"
 #include "reference/linear_int4.hpp"

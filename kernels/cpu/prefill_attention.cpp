@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cpu/attention_tiles.hpp"
-#include "cpu/cpu_kernels.hpp"
+#include "cpu/prefill_attention.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
 #include "cpu/cpu_op.hpp"

@@ -381,44 +381,12 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
   // The parameters of the KV-append and attention kernels.
   void set_kernel_params(std::size_t ws_floats) {
     const DType t = r_.dtype;
-    ap_.dtype = t;
-    ap_.k_new = k_new_.get();
-    ap_.v_new = v_new_.get();
-    ap_.k_cache = k_cache_.get();
-    ap_.v_cache = v_cache_.get();
-    ap_.B = B_;
-    ap_.S = S_;
-    ap_.Hkv = Hkv_;
-    ap_.D = D_;
-    ap_.capacity = cap_;
-    ap_.pos = pos_;
-
-    if (prefill_) {
-      // Prefill attention reads the step's own (roped) k and v: no cached prefix.
-      pp_.dtype = t;
-      pp_.q = q_.get();
-      pp_.k = k_new_.get();
-      pp_.v = v_new_.get();
-      pp_.out = attn_.get();
-      pp_.B = B_;
-      pp_.S = S_;
-      pp_.Hq = Hq_;
-      pp_.Hkv = Hkv_;
-      pp_.D = D_;
-    } else {
-      dp_.dtype = t;
-      dp_.q = q_.get();
-      dp_.out = attn_.get();
-      dp_.k = k_cache_.get();
-      dp_.v = v_cache_.get();
-      dp_.B = B_;
-      dp_.Hq = Hq_;
-      dp_.Hkv = Hkv_;
-      dp_.L = L_;
-      dp_.D = D_;
-      dp_.splits = splits_;
-      dp_.workspace = ws_floats ? ws_.as<float>() : nullptr;
-    }
+    ap_ = kv_append_params(t, k_new_.get(), v_new_.get(), k_cache_.get(), v_cache_.get(), B_, S_, Hkv_, D_, cap_, pos_);
+    if (prefill_)  // prefill attention reads the step's own (roped) k and v: no cached prefix
+      pp_ = prefill_attention_params(t, q_.get(), k_new_.get(), v_new_.get(), attn_.get(), B_, S_, Hq_, Hkv_, D_);
+    else
+      dp_ = decode_attention_params(t, q_.get(), attn_.get(), k_cache_.get(), v_cache_.get(), B_, Hq_, Hkv_, L_, D_,
+                                    splits_, ws_floats ? ws_.as<float>() : nullptr);
   }
 
   std::string shape() const {

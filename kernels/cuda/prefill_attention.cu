@@ -378,6 +378,11 @@ __global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_kernel(float* 
 
 }  // namespace
 
+PrefillAttentionParams prefill_attention_params(DType t, const void* q, const void* k, const void* v, void* out, int B,
+                                                int S, int Hq, int Hkv, int D) {
+  return {t, q, k, v, out, B, S, Hq, Hkv, D};
+}
+
 std::optional<std::string> prefill_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool blas) {
   if (dtype != DType::bf16 && dtype != DType::fp16)
     return "prefill attention: dtype " + std::string(to_string(dtype)) + " is not supported on CUDA; use bf16 or fp16";
