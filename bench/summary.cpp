@@ -93,9 +93,10 @@ Collected collect(const Standing& standing) {
     if (status == "skipped") ++g.skipped;
     if (status == "error") ++g.errors;
     if (status == "ok") collect_measurement(p, c);
-    if (status != "ok" || !p.contains("roofline")) continue;
+    if (status != "ok" || !p.contains("roofline") || !p.at("roofline").is_object()) continue;
     const auto& r = p.at("roofline");
-    if (r.at("fraction_of_roofline").is_number()) g.fractions.push_back(r.at("fraction_of_roofline").get<double>());
+    if (r.contains("fraction_of_roofline") && r.at("fraction_of_roofline").is_number())
+      g.fractions.push_back(r.at("fraction_of_roofline").get<double>());
     if (p.contains("paired_read") && p.at("paired_read").value("fraction_median", nlohmann::json()).is_number()) {
       const double f = p.at("paired_read").at("fraction_median").get<double>();
       if (f > kPairedSuspectAbove)

@@ -15,7 +15,7 @@
 
 #include "backend.hpp"
 #include "cli_test_util.hpp"
-#include "cpu/cpu_kernels.hpp"
+#include "cpu/decode_attention.hpp"
 #include "phasebench/context_dist.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"

@@ -13,7 +13,7 @@
 
 #include "backend.hpp"
 #include "cli_test_util.hpp"
-#include "cpu/reference.hpp"
+#include "reference/decode_latent_attention.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
 #include "phasebench/ops/latent_attention.hpp"
