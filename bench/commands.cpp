@@ -233,8 +233,9 @@ StopRule stop_rule(const RunFlags& f, const Backend& backend, bool min_time_give
 }
 
 // The sweep the flags ask for. The old flags set their axes first, --axis then
-// overrides; a run that uses an old flag says once what replaces it.
-SweepConfig sweep_config(const RunFlags& f, bool models_given) {
+// overrides; `alias_note` says what replaces the old flags used (empty: none),
+// for the run to print once its input has passed every check (bad input stays one line).
+SweepConfig sweep_config(const RunFlags& f, bool models_given, std::string& alias_note) {
   SweepConfig cfg;
   cfg.models.clear();
   for (auto& m : CLI::detail::split(f.models, ',')) cfg.models.push_back(m);
@@ -249,9 +250,10 @@ SweepConfig sweep_config(const RunFlags& f, bool models_given) {
     old.push_back(a.flag + (std::getenv(a.env.c_str()) ? " (" + a.env + ")" : ""));
   }
   for (const auto& x : f.axes) set_axis(cfg, x);
+  alias_note.clear();
   if (!old.empty())
-    std::cerr << "phasebench: note: " << join_words(old, ", ") << (old.size() > 1 ? " are old flags" : " is an old flag")
-              << ", kept for one release as an alias of --axis; instead use " << join_words(replacements, " ") << "\n";
+    alias_note = "phasebench: note: " + join_words(old, ", ") + (old.size() > 1 ? " are old flags" : " is an old flag") +
+                 ", kept for one release as an alias of --axis; instead use " + join_words(replacements, " ") + "\n";
   for (const auto& s : f.shapes) cfg.shapes.push_back(parse_shape(s));
   if (!f.ops.empty())
     for (auto& g : CLI::detail::split(f.ops, ',')) cfg.groups.insert(g);
@@ -424,7 +426,8 @@ int cmd_run(int argc, char** argv) {
     if (!f.energy_window.empty())
       energy_window = parse_number(f.energy_window, "--energy-window", 0, 3600, "seconds (0: no energy)");
     if (ropts.ceiling == CeilingSource::theoretical) throw InputError("--roofline takes measured or datasheet");
-    SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr);
+    std::string alias_note;
+    SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr, alias_note);
 
     std::string why;
     auto backend = make_backend(f.backend, &why);
@@ -441,6 +444,7 @@ int cmd_run(int argc, char** argv) {
       throw InputError("--benchmark_filter=" + quote_value(filter) + " matches none of the " + std::to_string(points.size()) +
                        " points of this sweep (--benchmark_list_tests without the filter lists them)");
     const auto reps = repetitions(argc, argv);
+    std::cerr << alias_note;
     if (has_flag(argc, argv, "--benchmark_list_tests") && !has_flag(argc, argv, "--benchmark_list_tests=false")) {
       for (const Point* p : selected) std::cout << p->name << "/manual_time\n";  // as Google Benchmark lists them
       return 0;
@@ -489,7 +493,8 @@ int cmd_counters(int argc, char** argv) {
       throw InputError(std::string("PB_EMU_TARGET=") + env + " contradicts --gpu " + spec.key + " (target " + *target +
                        "); unset PB_EMU_TARGET, or give the matching --gpu");
     ::setenv("PB_EMU_TARGET", target->c_str(), 1);  // before the emulated device is first asked
-    SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr);
+    std::string alias_note;
+    SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr, alias_note);
     std::string why;
     auto backend = make_backend("cuda", &why);
     if (auto no = backend->cannot_count()) throw InputError("counters: " + *no);
@@ -500,6 +505,7 @@ int cmd_counters(int argc, char** argv) {
     if (selected.empty())
       throw InputError("--benchmark_filter=" + quote_value(filter) + " matches none of the " + std::to_string(points.size()) +
                        " points of this sweep (--benchmark_list_tests without the filter lists them)");
+    std::cerr << alias_note;
     if (list) {
       for (const Point* p : selected) std::cout << p->name << "\n";
       return 0;

@@ -287,6 +287,10 @@ TEST(SweepAxesCli, OldFlagsStillWorkAndSayOnceWhatReplacesThem) {
                               "--axis kv_append.batch=3"})
     EXPECT_NE(old.out.find(s), std::string::npos) << s << "\n" << old.out;
   EXPECT_EQ(axes.out.find("old flag"), std::string::npos) << axes.out;
+  // Bad input after an old flag stays one line: the note waits until the input has passed.
+  const auto bad = test::run_cli("run --backend=nosuch --contexts 64");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
   // Their environment variables too.
   const auto env = test::run_cli(base + "--ops kv_append", "PHASEBENCH_APPEND_BATCHES=3");
   ASSERT_EQ(env.status, 0) << env.out;
