@@ -62,7 +62,8 @@ std::vector<std::string> namings(const std::string& text, const std::set<std::st
   const std::regex ident("\\b(k[A-Za-z0-9_]+)\\b");
   for (auto it = std::sregex_iterator(text.begin(), text.end(), ident); it != std::sregex_iterator(); ++it)
     if (constants.count((*it)[1])) found.push_back((*it)[1]);
-  if (text.find("phasebench/ops/") != std::string::npos) found.push_back("#include \"phasebench/ops/...\"");
+  if (std::regex_search(text, std::regex(R"(#include\s*"phasebench/ops/)")))
+    found.push_back("#include \"phasebench/ops/...\"");
   return found;
 }
 
