@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <benchmark/benchmark.h>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -17,7 +18,7 @@
 
 #include "backend.hpp"
 #include "counters.hpp"
-#include "crossings.hpp"
+#include "standing.hpp"
 #include "fixture.hpp"
 #include "phasebench/analytical.hpp"
 #include "phasebench/checked.hpp"
@@ -25,7 +26,6 @@
 #include "phasebench/gpu_specs.hpp"
 #include "phasebench/json_fields.hpp"
 #include "phasebench/model.hpp"
-#include "phasebench/ops/linear.hpp"
 #include "results.hpp"
 #include "overhead.hpp"
 #include "summary.hpp"
@@ -124,43 +124,42 @@ nlohmann::json device_json(const DeviceInfo& d) {
 
 namespace {
 
+std::string join_words(const std::vector<std::string>& v, const std::string& sep = ",") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
 // What `phasebench run` takes besides Google Benchmark's flags.
 struct RunFlags {
-  std::string backend = "auto", models = "llama-3.1-8b", dtypes, ops, out, cache = "cold", ceiling = "measured";
+  std::string backend = "auto", models = join_words(SweepConfig{}.models), dtypes, ops, out, cache = "cold", ceiling = "measured";
   std::string cold_timing = "rotate";
-  std::map<std::string, std::string> axes;  // axis key -> the flag's text (OpRegistry's axes)
+  std::vector<std::string> axes;              // --axis GROUP.AXIS=VALUES, in order
+  std::map<std::string, std::string> aliases;  // old flag -> its text (axis_aliases())
   std::vector<std::string> shapes;
   // The stopping rule and the energy window; empty: the backend's defaults (stop_rule()).
   std::string max_noise, min_samples, max_time, energy_window;
   bool no_calibrate = false, profile = false, no_blas = false, no_summary = false, no_paired_read = false,
-       verify_only = false, overwrite = false;
+       verify_only = false, overwrite = false, list_axes = false;
 };
 
-std::string join_sizes(const std::vector<std::uint64_t>& v) {
-  std::string s;
-  for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
-
-// What selects a sweep's points: models, dtypes, the operations' axes, free shapes, groups.
+// What selects a sweep's points: models, dtypes, the groups' axes, free shapes, groups.
 void add_sweep_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--model", f.models,
-                 "short names or config.json paths, comma-separated (default llama-3.1-8b; on a GPU the attention "
-                 "benchmarks add llama-3.1-70b unless --model is given)")
+                 "short names or config.json paths, comma-separated (default " + join_words(SweepConfig{}.models) +
+                     "); without it, some groups run their own default models (--list-axes says which)")
       ->envname("PHASEBENCH_MODEL");
   app.add_option("--dtype", f.dtypes, "comma-separated: fp32, tf32, fp16, bf16, fp8 (default: bf16 on GPU, fp32 on CPU)")
       ->envname("PHASEBENCH_DTYPE");
-  // The sweep axes the operations declare (harness/src/ops/), with their defaults.
-  auto join_words = [](const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-    return s;
-  };
-  for (const auto& a : OpRegistry::get().axes())
-    app.add_option(a.flag, f.axes[a.key],
-                   a.help + " (default: GPU " + (a.text ? join_words(a.gpu_text) : join_sizes(a.gpu_default)) + "; CPU " +
-                       (a.text ? join_words(a.cpu_text) : join_sizes(a.cpu_default)) + ")")
-        ->envname(a.env);
+  app.add_option("--axis", f.axes,
+                 "GROUP.AXIS=VALUES, repeatable: one axis of one group, e.g. " + axis_example() +
+                     " (lists; 1..256 doubling; start:end:xF geometric, e.g. 512:32768:x4; start:end:+S; words for "
+                     "text axes; --list-axes lists them)")
+      ->allow_extra_args(false);
+  app.add_flag("--list-axes", f.list_axes, "list every group's axes, their defaults and old flags, and exit");
+  // The flags of the axes before --axis, aliases for one release (each sets the axes that name it).
+  for (const auto& a : axis_aliases())
+    app.add_option(a.flag, f.aliases[a.flag], a.help)->envname(a.env)->group("Old sweep flags (aliases of --axis)");
   app.add_option("--shape", f.shapes, "free-form linear shape M,N,K (repeatable)");
   std::string groups = "groups to run, comma-separated (default: all):";
   for (const auto& g : OpRegistry::get().groups()) groups += "\n  " + g.name + ": " + g.help;
@@ -233,34 +232,35 @@ StopRule stop_rule(const RunFlags& f, const Backend& backend, bool min_time_give
   return r;
 }
 
-SweepConfig sweep_config(const RunFlags& f, bool models_given) {
+// The sweep the flags ask for. The old flags set their axes first, --axis then
+// overrides; `alias_note` says what replaces the old flags used (empty: none),
+// for the run to print once its input has passed every check (bad input stays one line).
+SweepConfig sweep_config(const RunFlags& f, bool models_given, std::string& alias_note) {
   SweepConfig cfg;
   cfg.models.clear();
   for (auto& m : CLI::detail::split(f.models, ',')) cfg.models.push_back(m);
   cfg.models_given = models_given;
   if (!f.dtypes.empty())
     for (auto& d : CLI::detail::split(f.dtypes, ',')) cfg.dtypes.push_back(parse_dtype(d));
-  for (const auto& a : OpRegistry::get().axes()) {
-    const auto& text = f.axes.at(a.key);
+  std::vector<std::string> old, replacements;
+  for (const auto& a : axis_aliases()) {
+    const auto& text = f.aliases.at(a.flag);
     if (text.empty()) continue;
-    if (a.text) {
-      std::vector<std::string> words;
-      for (auto& w : CLI::detail::split(text, ',')) {
-        if (w.empty()) throw InputError(a.flag + ": an empty item in " + quote_value(text));
-        words.push_back(w);
-      }
-      if (a.check_text) a.check_text(words);  // bad input fails before a device is chosen
-      cfg.axes.texts[a.key] = std::move(words);
-      continue;
-    }
-    auto v = parse_size_list(text, a.flag);
-    if (a.single && v.size() != 1) throw InputError(a.flag + " takes one value, got '" + text + "'");
-    cfg.axes.sizes[a.key] = std::move(v);
+    replacements.push_back(set_alias(cfg, a, text));  // bad input fails before a device is chosen
+    old.push_back(a.flag + (std::getenv(a.env.c_str()) ? " (" + a.env + ")" : ""));
   }
-  for (const auto& s : f.shapes) cfg.axes.shapes.push_back(parse_shape(s));
+  for (const auto& x : f.axes) set_axis(cfg, x);
+  alias_note.clear();
+  if (!old.empty())
+    alias_note = "phasebench: note: " + join_words(old, ", ") + (old.size() > 1 ? " are old flags" : " is an old flag") +
+                 ", kept for one release as an alias of --axis; instead use " + join_words(replacements, " ") + "\n";
+  for (const auto& s : f.shapes) cfg.shapes.push_back(parse_shape(s));
   if (!f.ops.empty())
     for (auto& g : CLI::detail::split(f.ops, ',')) cfg.groups.insert(g);
-  if (!cfg.axes.shapes.empty() && f.ops.empty()) cfg.groups = {"free"};  // --shape alone runs just those shapes
+  // --shape alone runs just those shapes.
+  if (!cfg.shapes.empty() && f.ops.empty())
+    for (const auto& g : OpRegistry::get().groups())
+      if (g.from_shapes) cfg.groups.insert(g.name);
   cfg.compare_blas = !f.no_blas;
   for (const auto& m : cfg.models) load_model(m);  // unknown model: fail before choosing a device
   return cfg;
@@ -300,8 +300,7 @@ nlohmann::json run_context(Backend& backend, const std::string& why, const RunFl
   std::string cmdline;
   for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
   pctx["command_line"] = cmdline;
-  pctx["decode_linear_crossings"] = nlohmann::json::array();  // filled in when the sweep ends
-  pctx["decode_moe_crossings"] = nlohmann::json::array();     // likewise
+  for (const auto& r : OpRegistry::get().records()) pctx[r.key] = nlohmann::json::array();  // filled in when the sweep ends
   pctx["beyond_caches_bytes"] = kBeyondCachesFactor * backend.device().cache_bytes;  // points' "beyond_caches"
   const auto& stop = opts.stop;
   if (stop.by_noise)
@@ -365,8 +364,12 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   if (!f.no_calibrate) check_bandwidth_again(backend, file);
-  file.set_phasebench_field("decode_linear_crossings", decode_linear_crossings(file.document()));
-  file.set_phasebench_field("decode_moe_crossings", decode_moe_crossings(file.document()));
+  {
+    // The operations' run records (phasebench/report.hpp), from the standing entries.
+    const auto standing = standing_points(file.document());
+    const auto run = file.document().at("context").at("phasebench");
+    for (const auto& r : OpRegistry::get().records()) file.set_phasebench_field(r.key, r.make(standing, run));
+  }
   file.write();
   if (!f.no_summary) std::cout << summarize(file.document());
   std::cout << "\nresults: " << path << "\n";
@@ -405,6 +408,10 @@ int cmd_run(int argc, char** argv) {
     return parse_failed(app, e);
   }
 
+  if (f.list_axes) {
+    std::cout << list_axes();
+    return 0;
+  }
   try {
     if (f.cache != "cold" && f.cache != "hot") throw InputError("--cache must be cold or hot, got '" + f.cache + "'");
     RunOptions ropts;
@@ -419,7 +426,8 @@ int cmd_run(int argc, char** argv) {
     if (!f.energy_window.empty())
       energy_window = parse_number(f.energy_window, "--energy-window", 0, 3600, "seconds (0: no energy)");
     if (ropts.ceiling == CeilingSource::theoretical) throw InputError("--roofline takes measured or datasheet");
-    SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr);
+    std::string alias_note;
+    SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr, alias_note);
 
     std::string why;
     auto backend = make_backend(f.backend, &why);
@@ -436,6 +444,7 @@ int cmd_run(int argc, char** argv) {
       throw InputError("--benchmark_filter=" + quote_value(filter) + " matches none of the " + std::to_string(points.size()) +
                        " points of this sweep (--benchmark_list_tests without the filter lists them)");
     const auto reps = repetitions(argc, argv);
+    std::cerr << alias_note;
     if (has_flag(argc, argv, "--benchmark_list_tests") && !has_flag(argc, argv, "--benchmark_list_tests=false")) {
       for (const Point* p : selected) std::cout << p->name << "/manual_time\n";  // as Google Benchmark lists them
       return 0;
@@ -471,6 +480,10 @@ int cmd_counters(int argc, char** argv) {
                  "counters file (default results/counters/<gpu>/<UTC time>.json); never replaced unless --overwrite");
   app.add_flag("--overwrite", f.overwrite, "replace the --out file if it exists");
   return run_command(app, argc, argv, [&]() -> int {
+    if (f.list_axes) {
+      std::cout << list_axes();
+      return 0;
+    }
     const GpuSpec spec = GpuTable::load().get(gpu);
     const auto target = emulated_target_for(spec.key);
     if (!target)
@@ -480,7 +493,8 @@ int cmd_counters(int argc, char** argv) {
       throw InputError(std::string("PB_EMU_TARGET=") + env + " contradicts --gpu " + spec.key + " (target " + *target +
                        "); unset PB_EMU_TARGET, or give the matching --gpu");
     ::setenv("PB_EMU_TARGET", target->c_str(), 1);  // before the emulated device is first asked
-    SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr);
+    std::string alias_note;
+    SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr, alias_note);
     std::string why;
     auto backend = make_backend("cuda", &why);
     if (auto no = backend->cannot_count()) throw InputError("counters: " + *no);
@@ -491,6 +505,7 @@ int cmd_counters(int argc, char** argv) {
     if (selected.empty())
       throw InputError("--benchmark_filter=" + quote_value(filter) + " matches none of the " + std::to_string(points.size()) +
                        " points of this sweep (--benchmark_list_tests without the filter lists them)");
+    std::cerr << alias_note;
     if (list) {
       for (const Point* p : selected) std::cout << p->name << "\n";
       return 0;
@@ -558,7 +573,7 @@ int cmd_model(int argc, char** argv) {
   app.add_option("--context", context, "tokens in the KV cache at the decode step (default: the prompt length)");
   app.add_option("--new-tokens", new_tokens,
                  "new tokens per sequence in the decode step (default 1; S > 1: speculative verification of S tokens, "
-                 "causal among themselves, with logits for each, as the decode_attention_multi benchmark runs them)");
+                 "causal among themselves, with logits for each, as the multi-token decode attention benchmarks run them)");
   app.add_option("--dtype", dtype, "weights/activations: fp32, fp16, bf16, fp8");
   app.add_option("--kv-dtype", kv_dtype, "KV cache element type (default: --dtype, 16-bit for 8-bit weights)");
   app.add_option("--weight-dtype", weight_dtype,
@@ -718,8 +733,19 @@ int cmd_overhead(int argc, char** argv) {
     const bool gpu = backend->device().backend != "cpu";
     const LinearShape shape =
         shape_text.empty() ? (gpu ? LinearShape{8192, 8192, 8192} : LinearShape{256, 4096, 4096}) : parse_shape(shape_text);
-    const OpRequest r =
-        linear_request(shape, dtype_text.empty() ? (gpu ? DType::bf16 : DType::fp32) : parse_dtype(dtype_text), Impl::blas);
+    // The request the free-shape groups make for this shape: their vendor-library row.
+    SweepConfig cfg;
+    cfg.shapes = {shape};
+    cfg.dtypes = {dtype_text.empty() ? (gpu ? DType::bf16 : DType::fp32) : parse_dtype(dtype_text)};
+    for (const auto& g : OpRegistry::get().groups())
+      if (g.from_shapes) cfg.groups.insert(g.name);
+    apply_defaults(cfg, *backend);
+    const auto pts = build_sweep(cfg, *backend);
+    const auto vendor = std::find_if(pts.begin(), pts.end(), [](const Point& p) { return p.request.impl == Impl::blas; });
+    if (vendor == pts.end())
+      throw InputError("overhead: this backend has no vendor-library row for --shape " + shape_text +
+                       " in " + std::string(to_string(cfg.dtypes.front())) + "; try another --dtype");
+    const OpRequest r = vendor->request;
     if (auto no = backend->cannot_run(r)) throw InputError("overhead check cannot run: " + *no);
     auto op = backend->prepare(r);
     op->verify();

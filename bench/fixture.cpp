@@ -10,10 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "phasebench/analytical.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/json_fields.hpp"
-#include "phasebench/ops/layer.hpp"
 
 namespace phasebench {
 
@@ -289,18 +287,6 @@ nlohmann::json place_json(const RooflinePlace& r, const Ceiling& P, const Ceilin
           {"bound", to_string(r.bound)}};
 }
 
-// A time that may be unknown (kept as a flag and a value: std::optional<double>
-// trips GCC's -Wmaybe-uninitialized here).
-struct Secs {
-  bool ok = false;
-  double v = 0;
-  void set(double x) {
-    ok = true;
-    v = x;
-  }
-  nlohmann::json json() const { return ok ? nlohmann::json(finite_or_null(v)) : nlohmann::json(nullptr); }
-};
-
 // Raw samples, compactly: 6 significant digits are far below any timer's noise.
 nlohmann::json compact_samples(const std::vector<double>& v) {
   auto a = nlohmann::json::array();
@@ -335,95 +321,6 @@ nlohmann::json energy_json(const Point& p, const PointOutcome::Energy& e, double
 }
 
 }  // namespace
-
-// A layer point's step times: the layer time times the model's layer count plus
-// the vocabulary projection (lm_head, on the last token of each sequence), next
-// to the analytical model's prediction for the run's GPU (datasheet ceilings).
-// Both sides leave out the embedding gather and the final norm (a few MB).
-nlohmann::json BenchContext::layer_json(const Point& p, double measured_layer_s) const {
-  const auto& r = p.request;
-  const auto arg = [&](const char* k) -> std::uint64_t { return p.args.count(k) ? p.args.at(k) : 0; };
-  const std::uint64_t layers = arg("layers"), vocab = arg("vocab");
-  const auto step = layer_step(r);
-  nlohmann::json j;
-  j["layers"] = layers;
-  j["step"] = step.phase == Phase::prefill ? "ttft" : "per_token";
-  j["measured_layer_s"] = measured_layer_s;
-  // The prediction: analytical.hpp's estimate() for this model, batch and length
-  // on the matched datasheet entry; the layer is the sum of its per-layer ops.
-  Secs pred_layer, pred_lm_head;
-  const auto& spec = backend_.device().spec;
-  if (spec && layers > 0) {
-    ModelConfig m = layer_model(r);
-    m.name = p.model;
-    m.layers = layers;
-    m.vocab = vocab;
-    EstimateInputs in;
-    in.batch = step.batch;
-    in.prompt = step.phase == Phase::prefill ? step.new_tokens : 1;
-    in.context = step.phase == Phase::decode ? step.context : 1;
-    in.dtype = in.kv_dtype = r.dtype;
-    in.ceiling = CeilingSource::datasheet;
-    try {
-      const auto e = estimate(m, *spec, in);
-      const auto& ph = step.phase == Phase::prefill ? e.prefill : e.decode;
-      double sum = 0;
-      for (const auto& o : ph.ops) {
-        if (o.op.name == "lm_head")
-          pred_lm_head.set(o.time_s);
-        else if (o.op.name != "embed" && o.op.name != "final_norm")
-          sum += o.time_s;
-      }
-      pred_layer.set(sum);
-      j["gpu_spec"] = spec->key;
-    } catch (const std::exception& ex) {
-      j["prediction_error"] = ex.what();
-      pred_layer = Secs{};
-      pred_lm_head = Secs{};
-    }
-  }
-  j["predicted_layer_s"] = pred_layer.json();
-  j["ceiling_source"] = pred_layer.ok ? nlohmann::json("datasheet") : nlohmann::json(nullptr);
-  // lm_head: the fastest measured decode GEMV/linear point of the same model,
-  // batch and dtype in this run; else the predicted time.
-  Secs lm_head;
-  std::string lm_source;
-  for (const auto& [name, q] : points_) {
-    if (q.op != "gemv" || q.target != "lm_head" || q.model != p.model || q.request.dtype != r.dtype) continue;
-    if (!q.args.count("batch") || q.args.at("batch") != step.batch) continue;
-    const PointOutcome* o = outcome(name);
-    if (!o || o->status != "ok" || o->samples.empty()) continue;
-    const double t = stats_of(o->samples).median;
-    if (!lm_head.ok || t < lm_head.v) {
-      lm_head.set(t);
-      lm_source = "measured: " + name;
-    }
-  }
-  if (!lm_head.ok && pred_lm_head.ok) {
-    lm_head = pred_lm_head;
-    lm_source = "predicted (no lm_head GEMV point of this model, batch and dtype in the run)";
-  }
-  j["lm_head_s"] = lm_head.json();
-  j["lm_head_source"] = lm_head.ok ? nlohmann::json(lm_source) : nlohmann::json(nullptr);
-  Secs measured_step, predicted_step;
-  if (lm_head.ok && layers > 0) measured_step.set(measured_layer_s * static_cast<double>(layers) + lm_head.v);
-  if (pred_layer.ok && pred_lm_head.ok) predicted_step.set(pred_layer.v * static_cast<double>(layers) + pred_lm_head.v);
-  j["measured_step_s"] = measured_step.json();
-  j["predicted_step_s"] = predicted_step.json();
-  j["ratio"] = measured_step.ok && predicted_step.ok && predicted_step.v > 0
-                   ? nlohmann::json(finite_or_null(measured_step.v / predicted_step.v))
-                   : nlohmann::json(nullptr);
-  j["layer_ratio"] = pred_layer.ok && pred_layer.v > 0 ? nlohmann::json(finite_or_null(measured_layer_s / pred_layer.v))
-                                                       : nlohmann::json(nullptr);
-  // What the measured layer runs beyond the minimum bytes of layer_ops (and the
-  // prediction): q, k and v are copied out of the fused qkv buffer (one read
-  // and one write of it), because the attention kernels take packed q, k, v.
-  const auto M = step.batch * step.new_tokens;
-  const auto qkv_elems = M * (r.shape["Hq"] + 2 * r.shape["Hkv"]) * r.shape["D"];
-  j["unmodelled_bytes"] = {{"qkv_split", 2 * qkv_elems * element_bytes(r.dtype)}};
-  j["excluded"] = "embedding gather and final norm (measured and predicted alike); residual adds (not in layer_ops)";
-  return j;
-}
 
 nlohmann::json point_identity_json(const Point& p) {
   nlohmann::json j;
@@ -481,7 +378,21 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
                         {"rejected_min_sm_mhz", o->rejected_low_clock ? nlohmann::json(o->rejected_min_mhz) : nlohmann::json(nullptr)}};
   if (o->energy) j["energy"] = energy_json(*p, *o->energy, bytes);
   if (!o->energy_error.empty()) j["energy"] = {{"error", o->energy_error}};
-  if (p->request.kind == kLayer) j["layer"] = layer_json(*p, s.median);
+  if (const auto* report = OpRegistry::get().point_report(p->request.kind)) {
+    // What the operation adds (phasebench/report.hpp), reading the run's other points.
+    RunView run;
+    run.spec = backend_.device().spec ? &*backend_.device().spec : nullptr;
+    run.each_point = [&](const std::function<void(const Point&)>& fn) {
+      for (const auto& kv : points_) fn(kv.second);
+    };
+    run.median_s = [&](const Point& q) -> std::optional<double> {
+      const PointOutcome* oq = outcome(q.name);
+      if (!oq || oq->status != "ok" || oq->samples.empty()) return std::nullopt;
+      return stats_of(oq->samples).median;
+    };
+    auto extra = report->json(*p, s.median, run);  // a named object: items() only refers to it
+    for (auto& [k, v] : extra.items()) j[k] = std::move(v);
+  }
   const auto ceil = backend_.ceilings();
   nlohmann::json all = nlohmann::json::object();
   for (auto src : {CeilingSource::measured, CeilingSource::datasheet, CeilingSource::theoretical}) {

@@ -132,8 +132,6 @@ class BenchContext {
   // Why a point's fraction of roofline is above 1: its data was cached, or the
   // ceiling it is measured against is low (results: above_roofline.likely_cause).
   std::string above_roofline_cause(Bound bound, const Ceiling& P, const Ceiling& W, std::uint64_t bytes, DType dtype) const;
-  // The "layer" block of a whole-layer point (measured and predicted step times).
-  nlohmann::json layer_json(const Point& p, double measured_layer_s) const;
   Backend& backend_;
   RunOptions opts_;
   std::map<std::string, Point> points_;

@@ -14,7 +14,7 @@
 
 namespace phasebench {
 
-// 2: context.phasebench.decode_linear_crossings (crossings.hpp). Version 1 files
+// 2: context.phasebench.decode_linear_crossings (a run record of the linear operation, phasebench/report.hpp). Version 1 files
 // are still read (their crossings are computed when summarised).
 inline constexpr int kResultsSchemaVersion = 3;
 inline constexpr int kOldestReadableSchemaVersion = 1;

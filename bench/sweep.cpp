@@ -1,6 +1,9 @@
-// Sweeps (sweep.hpp): the axes' values and defaults, and the points the
-// operations' sweep groups make for each model and dtype.
+// Sweeps (sweep.hpp): the groups' axis values (--axis, the old flags, the
+// defaults), the models each group runs for, and the points the groups make for
+// each model and dtype.
 #include "sweep.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <sstream>
@@ -11,6 +14,9 @@
 namespace phasebench {
 
 namespace {
+
+// Ranges make at most this many values: a typo (1:1000000000:+1) is refused, not swept.
+constexpr std::size_t kMaxAxisValues = 4096;
 
 std::uint64_t parse_uint(const std::string& s, const std::string& flag) {
   if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
@@ -25,6 +31,94 @@ std::uint64_t parse_uint(const std::string& s, const std::string& flag) {
   return v;
 }
 
+std::string join(const std::vector<std::string>& v, const std::string& sep = ",") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+std::string join(const std::vector<std::uint64_t>& v) {
+  std::vector<std::string> w;
+  for (auto x : v) w.push_back(std::to_string(x));
+  return join(w);
+}
+
+// start:end:xF or start:end:+S, nvbench's range syntax on whole numbers.
+void add_stepped_range(const std::string& item, const std::string& flag, std::vector<std::uint64_t>& out) {
+  const auto c1 = item.find(':'), c2 = item.find(':', c1 + 1);
+  const auto bad = [&](const std::string& why) {
+    return InputError(flag + ": " + quote_value(item) + " " + why +
+                      "; ranges are start:end:xF (times F) or start:end:+S (plus S), e.g. 512:32768:x4 or 16:64:+16");
+  };
+  if (c2 == std::string::npos || item.find(':', c2 + 1) != std::string::npos) throw bad("is not a range");
+  const std::string step = item.substr(c2 + 1);
+  if (step.size() < 2 || (step[0] != 'x' && step[0] != '+')) throw bad("has no step x<factor> or +<step>");
+  const auto lo = parse_uint(item.substr(0, c1), flag), hi = parse_uint(item.substr(c1 + 1, c2 - c1 - 1), flag);
+  const auto by = parse_uint(step.substr(1), flag);
+  if (lo > hi) throw bad("is empty (the start is larger than the end)");
+  if (step[0] == 'x' && by < 2) throw bad("never grows (use a factor of 2 or more)");
+  for (std::uint64_t v = lo; v <= hi;) {
+    out.push_back(v);
+    if (out.size() > kMaxAxisValues) throw bad("makes more than " + std::to_string(kMaxAxisValues) + " values");
+    if (step[0] == 'x' ? v > UINT64_MAX / by : v > UINT64_MAX - by) break;
+    v = step[0] == 'x' ? v * by : v + by;
+  }
+}
+
+// How --axis names an axis, in messages and notes.
+std::string axis_flag(const std::string& group, const std::string& axis) { return "--axis " + group + "." + axis; }
+
+// An axis's values against its declaration; errors name `what`.
+void check_values(const AxisValues& vals, const AxisDecl& a, const std::string& what) {
+  if (a.text) {
+    if (!a.check_text) return;
+    try {
+      a.check_text(vals.text(a.name), what);
+    } catch (const InputError& e) {
+      // The shared parsers (routing, context distributions) name the old flag;
+      // through --axis, say which axis it was.
+      if (what == a.alias) throw;
+      throw InputError(what + ": " + e.what());
+    }
+    return;
+  }
+  const auto& v = vals[a.name];
+  if (a.single && v.size() != 1) throw InputError(what + " takes one value, got " + quote_value(join(v)));
+  if (a.check) a.check(v, what);
+}
+
+// A text axis's words, or its sizes, from `text`, checked; errors name `what`.
+void set_values(AxisValues& into, const AxisDecl& a, const std::string& text, const std::string& what) {
+  if (a.text) {
+    std::vector<std::string> words;
+    std::stringstream ss(text);
+    std::string w;
+    while (std::getline(ss, w, ',')) {
+      if (w.empty()) throw InputError(what + ": an empty item in " + quote_value(text));
+      words.push_back(w);
+    }
+    if (words.empty() || text.back() == ',') throw InputError(what + ": an empty item in " + quote_value(text));
+    into.texts[a.name] = std::move(words);
+  } else {
+    auto v = parse_size_list(text, what);
+    if (a.single && v.size() != 1) throw InputError(what + " takes one value, got " + quote_value(text));
+    into.sizes[a.name] = std::move(v);
+  }
+  check_values(into, a, what);
+}
+
+std::string group_names() {
+  std::vector<std::string> names;
+  for (const auto& g : OpRegistry::get().groups()) names.push_back(g.name);
+  return join(names, ", ");
+}
+
+std::string axis_names(const SweepGroup& g) {
+  std::vector<std::string> names;
+  for (const auto& a : g.axes) names.push_back(a.name);
+  return names.empty() ? "it has none" : "its axes are " + join(names, ", ");
+}
+
 }  // namespace
 
 std::vector<std::uint64_t> parse_size_list(const std::string& text, const std::string& flag) {
@@ -35,6 +129,10 @@ std::vector<std::uint64_t> parse_size_list(const std::string& text, const std::s
     if (item.empty()) continue;
     if (item[0] == '-' || item[0] == '+')
       throw InputError(flag + ": " + quote_value(item) + " is not a positive integer (sizes are 1 or more)");
+    if (item.find(':') != std::string::npos) {
+      add_stepped_range(item, flag, out);
+      continue;
+    }
     auto range = item.find("..");
     if (range == std::string::npos) range = item.find('-');
     if (range != std::string::npos) {
@@ -65,39 +163,104 @@ LinearShape parse_shape(const std::string& text) {
   return {parse_uint(a, "--shape M"), parse_uint(b, "--shape N"), parse_uint(c, "--shape K")};
 }
 
+std::string axis_example() {
+  for (const auto& g : OpRegistry::get().groups())
+    for (const auto& a : g.axes)
+      if (!a.text && !a.single && !a.gpu_default.empty()) return g.name + "." + a.name + "=" + join(a.gpu_default);
+  return "GROUP.AXIS=1,8,64";
+}
+
+void set_axis(SweepConfig& c, const std::string& assignment) {
+  const auto eq = assignment.find('='), dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw InputError("--axis " + quote_value(assignment) +
+                     ": give GROUP.AXIS=VALUES, e.g. " + axis_example() + " (phasebench run --list-axes lists them)");
+  const std::string group = assignment.substr(0, dot), axis = assignment.substr(dot + 1, eq - dot - 1);
+  const SweepGroup* g = OpRegistry::get().find_group(group);
+  if (!g) throw InputError("--axis " + quote_value(assignment) + ": unknown group " + quote_value(group) + "; the groups are " + group_names());
+  const AxisDecl* a = g->axis(axis);
+  if (!a)
+    throw InputError("--axis " + quote_value(assignment) + ": " + group + " has no axis " + quote_value(axis) + "; " +
+                     axis_names(*g) + " (phasebench run --list-axes)");
+  set_values(c.axes[group], *a, assignment.substr(eq + 1), axis_flag(group, axis));
+}
+
+std::vector<AxisAlias> axis_aliases() {
+  std::vector<AxisAlias> out;
+  for (const auto& g : OpRegistry::get().groups())
+    for (const auto& a : g.axes) {
+      if (a.alias.empty()) continue;
+      auto it = std::find_if(out.begin(), out.end(), [&](const AxisAlias& x) { return x.flag == a.alias; });
+      if (it == out.end()) {
+        std::string env = "PHASEBENCH_" + a.alias.substr(2);
+        for (auto& ch : env) ch = ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        it = out.insert(out.end(), AxisAlias{a.alias, env, {}, ""});
+      }
+      it->targets.emplace_back(g.name, a.name);
+    }
+  for (auto& x : out) {
+    std::vector<std::string> axes;
+    for (const auto& [g, a] : x.targets) axes.push_back(g + "." + a);
+    const std::string last = axes.back();
+    axes.pop_back();
+    x.help = "old flag, kept for one release: --axis " + (axes.empty() ? last : join(axes, ", ") + " and " + last);
+  }
+  return out;
+}
+
+std::string set_alias(SweepConfig& c, const AxisAlias& a, const std::string& values) {
+  std::string replacement;
+  for (const auto& [group, axis] : a.targets) {
+    set_values(c.axes[group], *OpRegistry::get().find_group(group)->axis(axis), values, a.flag);
+    if (!replacement.empty()) replacement += " ";
+    replacement += axis_flag(group, axis) + "=" + values;
+  }
+  return replacement;
+}
+
+std::string list_axes() {
+  const std::string default_models = join(SweepConfig{}.models);
+  std::string out =
+      "Sweep groups (--ops) and their axes (--axis GROUP.AXIS=VALUES; VALUES 1,8,64, 1..256 doubling, 512:32768:x4, "
+      "16:64:+16, or words for text axes). Defaults are GPU | CPU; old: the flag that set the axis before --axis, "
+      "an alias for one release.\n";
+  for (const auto& g : OpRegistry::get().groups()) {
+    out += fmt::format("\n{}: {}\n", g.name, g.help);
+    if (g.per_model) {
+      auto models = [&](const std::vector<std::string>& v) { return v.empty() ? "--model (" + default_models + ")" : join(v); };
+      std::string line = (g.takes_what.empty() ? "every model" : "the " + g.takes_what) + " of --model";
+      if (!g.gpu_models.empty() || !g.cpu_models.empty())
+        line += "; without --model: " + models(g.gpu_models) + " | " + models(g.cpu_models);
+      out += "  models: " + line + "\n";
+    } else {
+      out += "  models: none";
+      out += g.from_shapes ? " (its shapes are --shape M,N,K)\n" : "\n";
+    }
+    for (const auto& a : g.axes) {
+      const std::string dflt = a.text ? join(a.gpu_text) + " | " + join(a.cpu_text)
+                                      : join(a.gpu_default) + " | " + join(a.cpu_default);
+      out += fmt::format("  {:<14} {:<44} {}{}{}\n", a.name, dflt, a.help,
+                         a.single ? " (one value)" : "", a.alias.empty() ? "" : "; old: " + a.alias);
+    }
+  }
+  return out;
+}
+
 void apply_defaults(SweepConfig& c, const Backend& backend) {
   const bool gpu = backend.device().backend != "cpu";
   if (c.dtypes.empty()) c.dtypes = {gpu ? DType::bf16 : DType::fp32};
-  if (c.attention_models.empty())
-    c.attention_models = gpu && !c.models_given ? std::vector<std::string>{"llama-3.1-8b", "llama-3.1-70b"} : c.models;
-  if (c.moe_models.empty()) {
-    if (c.models_given) {
-      for (const auto& name : c.models)
-        if (load_model(name).experts) c.moe_models.push_back(name);
-    } else {
-      c.moe_models = gpu ? std::vector<std::string>{"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite"}
-                         : std::vector<std::string>{"qwen3-30b-a3b"};
+  for (const auto& g : OpRegistry::get().groups()) {
+    auto& vals = c.axes[g.name];
+    for (const auto& a : g.axes) {
+      if (a.text) {
+        auto& w = vals.texts[a.name];
+        if (w.empty()) w = gpu ? a.gpu_text : a.cpu_text;
+      } else {
+        auto& v = vals.sizes[a.name];
+        if (v.empty()) v = gpu ? a.gpu_default : a.cpu_default;
+      }
+      check_values(vals, a, axis_flag(g.name, a.name));
     }
-  }
-  if (c.mla_models.empty()) {
-    if (c.models_given) {
-      for (const auto& name : c.models)
-        if (load_model(name).uses_mla()) c.mla_models.push_back(name);
-    } else {
-      c.mla_models = gpu ? std::vector<std::string>{"deepseek-v2-lite", "deepseek-v3"}
-                         : std::vector<std::string>{"deepseek-v2-lite"};
-    }
-  }
-  for (const auto& a : OpRegistry::get().axes()) {
-    if (a.text) {
-      auto& w = c.axes.texts[a.key];
-      if (w.empty()) w = gpu ? a.gpu_text : a.cpu_text;
-      if (a.check_text) a.check_text(w);
-      continue;
-    }
-    auto& v = c.axes.sizes[a.key];
-    if (v.empty()) v = gpu ? a.gpu_default : a.cpu_default;
-    if (a.check) a.check(v);
   }
 }
 
@@ -119,54 +282,63 @@ std::vector<Impl> impls_for(const Backend& backend, OpRequest r, bool beside_own
 
 }  // namespace
 
+std::vector<std::string> group_models(const SweepGroup& g, const SweepConfig& c, bool gpu) {
+  if (!g.per_model) return {};
+  const auto& defaults = gpu ? g.gpu_models : g.cpu_models;
+  const auto& from = c.models_given || defaults.empty() ? c.models : defaults;
+  if (!g.takes) return from;
+  std::vector<std::string> out;
+  for (const auto& name : from)
+    if (g.takes(load_model(name))) out.push_back(name);
+  return out;
+}
+
 std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
   const auto& reg = OpRegistry::get();
   for (const auto& g : c.groups)
-    if (std::none_of(reg.groups().begin(), reg.groups().end(), [&](const SweepGroup& x) { return x.name == g; })) {
-      std::string known;
-      for (const auto& k : reg.groups()) known += (known.empty() ? "" : ", ") + k.name;
-      throw InputError("--ops: unknown group '" + g + "'; use " + known);
-    }
+    if (!reg.find_group(g)) throw InputError("--ops: unknown group '" + g + "'; use " + group_names());
   auto wanted = [&](const SweepGroup& g) { return c.groups.empty() || c.groups.count(g.name); };
+  const bool gpu = backend.device().backend != "cpu";
+  static const AxisValues kNoValues;
+  auto axes_of = [&](const SweepGroup& g) {
+    const auto it = c.axes.find(g.name);
+    return it == c.axes.end() ? &kNoValues : &it->second;
+  };
   SweepScope scope;
   scope.dtypes = c.dtypes;
-  scope.axes = &c.axes;
+  scope.shapes = &c.shapes;
   scope.compare_blas = c.compare_blas;
   scope.impls = [&](const OpRequest& r, bool beside_own) { return impls_for(backend, r, beside_own); };
+  // Each wanted group's models; every model of any of them, --model's first,
+  // then the others in the order of the groups that run them.
+  std::map<std::string, std::vector<std::string>> models_of;
+  std::vector<std::string> all_models = c.models;
+  for (const auto& g : reg.groups()) {
+    if (!wanted(g) || !g.per_model) continue;
+    auto& mine = models_of[g.name] = group_models(g, c, gpu);
+    for (const auto& name : mine)
+      if (!listed(all_models, name)) all_models.push_back(name);
+  }
   std::vector<Point> pts;
   auto add = [&](std::vector<Point> more) { pts.insert(pts.end(), more.begin(), more.end()); };
-  // Every model of either list, in order; each group runs for the models it is
-  // meant for (attention shapes for attention_models, the rest for models).
-  std::vector<std::string> all_models = c.models;
-  for (const auto& a : c.attention_models)
-    if (!listed(all_models, a)) all_models.push_back(a);
-  for (const auto& a : c.moe_models)
-    if (!listed(all_models, a)) all_models.push_back(a);
-  for (const auto& a : c.mla_models)
-    if (!listed(all_models, a)) all_models.push_back(a);
   for (const auto& name : all_models) {
     const ModelConfig m = load_model(name);
     scope.model = &m;
     for (DType t : c.dtypes) {
       scope.dtype = t;
       for (const auto& g : reg.groups()) {
-        const bool for_model = g.models == SweepGroup::Models::linear      ? listed(c.models, name)
-                               : g.models == SweepGroup::Models::attention ? listed(c.attention_models, name)
-                               : g.models == SweepGroup::Models::moe       ? listed(c.moe_models, name) && m.experts > 0
-                               : g.models == SweepGroup::Models::mla       ? listed(c.mla_models, name) && m.uses_mla()
-                                                                           : false;
-        // Our attention kernels are grouped-query attention: an MLA model (DeepSeek)
-        // has no attention points, its projections still run.
-        if (g.models == SweepGroup::Models::attention && m.uses_mla()) continue;
-        if (for_model && wanted(g)) add(g.points(scope));
+        if (!wanted(g) || !g.per_model || !listed(models_of[g.name], name)) continue;
+        scope.axes = axes_of(g);
+        add(g.points(scope));
       }
     }
   }
   scope.model = nullptr;
   for (const auto& g : reg.groups())
-    if (g.models == SweepGroup::Models::none && wanted(g))
+    if (!g.per_model && wanted(g))
       for (DType t : c.dtypes) {
         scope.dtype = t;
+        scope.axes = axes_of(g);
         add(g.points(scope));
       }
   return pts;

@@ -61,22 +61,28 @@ std::uint64_t OpRequest::footprint_bytes() const { return OpRegistry::get().op(k
 
 // ---- points -----------------------------------------------------------------------------
 
-const std::vector<std::uint64_t>& AxisValues::operator[](const std::string& key) const {
-  auto it = sizes.find(key);
-  if (it == sizes.end()) throw std::logic_error("sweep axis '" + key + "' has no values");
+const std::vector<std::uint64_t>& AxisValues::operator[](const std::string& name) const {
+  auto it = sizes.find(name);
+  if (it == sizes.end()) throw std::logic_error("sweep axis '" + name + "' has no values");
   return it->second;
 }
 
-std::uint64_t AxisValues::one(const std::string& key) const {
-  const auto& v = (*this)[key];
-  if (v.size() != 1) throw std::logic_error("sweep axis '" + key + "' takes one value");
+std::uint64_t AxisValues::one(const std::string& name) const {
+  const auto& v = (*this)[name];
+  if (v.size() != 1) throw std::logic_error("sweep axis '" + name + "' takes one value");
   return v.front();
 }
 
-const std::vector<std::string>& AxisValues::text(const std::string& key) const {
-  auto it = texts.find(key);
-  if (it == texts.end()) throw std::logic_error("sweep axis '" + key + "' has no words");
+const std::vector<std::string>& AxisValues::text(const std::string& name) const {
+  auto it = texts.find(name);
+  if (it == texts.end()) throw std::logic_error("sweep axis '" + name + "' has no words");
   return it->second;
+}
+
+const AxisDecl* SweepGroup::axis(std::string_view axis_name) const {
+  for (const auto& a : axes)
+    if (a.name == axis_name) return &a;
+  return nullptr;
 }
 
 Point make_point(const std::string& phase, const std::string& op, const std::string& model, const std::string& target,
@@ -116,6 +122,8 @@ const OpRegistry& OpRegistry::get() {
     declare_all_ops(reg);
     std::stable_sort(reg.groups_.begin(), reg.groups_.end(),
                      [](const SweepGroup& a, const SweepGroup& b) { return a.order < b.order; });
+    std::stable_sort(reg.sections_.begin(), reg.sections_.end(),
+                     [](const SummarySection& a, const SummarySection& b) { return a.order < b.order; });
     return reg;
   }();
   return r;
@@ -128,16 +136,54 @@ void OpRegistry::declare(OpDecl d) {
   ops_.push_back(std::move(d));
 }
 
-void OpRegistry::axis(AxisDecl a) {
-  if (std::any_of(axes_.begin(), axes_.end(), [&](const AxisDecl& o) { return o.key == a.key || o.flag == a.flag; }))
-    throw std::logic_error("sweep axis '" + a.key + "' (" + a.flag + ") is declared twice");
-  axes_.push_back(std::move(a));
+void OpRegistry::group(SweepGroup g) {
+  if (find_group(g.name)) throw std::logic_error("sweep group '" + g.name + "' is declared twice");
+  if (g.name.empty() || g.name.find_first_of(".=, ") != std::string::npos)
+    throw std::logic_error("sweep group '" + g.name + "': a name without '.', '=', ',' or spaces (--axis group.axis=...)");
+  for (std::size_t i = 0; i < g.axes.size(); ++i) {
+    const auto& a = g.axes[i];
+    const std::string where = "sweep axis '" + g.name + "." + a.name + "'";
+    if (a.name.empty() || a.name.find_first_of(".=, ") != std::string::npos)
+      throw std::logic_error(where + ": a name without '.', '=', ',' or spaces");
+    if (g.axis(a.name) != &a) throw std::logic_error(where + " is declared twice");
+    // An old flag sets every axis that names it: one kind of value for all of them.
+    for (const auto& o : groups_)
+      for (const auto& b : o.axes)
+        if (!a.alias.empty() && b.alias == a.alias && (b.text != a.text || b.single != a.single))
+          throw std::logic_error(where + " and '" + o.name + "." + b.name + "' share the alias " + a.alias +
+                                 " but take different values");
+  }
+  groups_.push_back(std::move(g));
 }
 
-void OpRegistry::group(SweepGroup g) {
-  if (std::any_of(groups_.begin(), groups_.end(), [&](const SweepGroup& o) { return o.name == g.name; }))
-    throw std::logic_error("sweep group '" + g.name + "' is declared twice");
-  groups_.push_back(std::move(g));
+const SweepGroup* OpRegistry::find_group(std::string_view name) const {
+  for (const auto& g : groups_)
+    if (g.name == name) return &g;
+  return nullptr;
+}
+
+void OpRegistry::point_report(PointReport r) {
+  if (point_report(r.kind)) throw std::logic_error("operation '" + r.kind + "' has two point reports");
+  if (!r.json) throw std::logic_error("the point report of '" + r.kind + "' makes no JSON");
+  point_reports_.push_back(std::move(r));
+}
+
+const PointReport* OpRegistry::point_report(std::string_view kind) const {
+  for (const auto& r : point_reports_)
+    if (r.kind == kind) return &r;
+  return nullptr;
+}
+
+void OpRegistry::record(RunRecord r) {
+  if (std::any_of(records_.begin(), records_.end(), [&](const RunRecord& o) { return o.key == r.key; }))
+    throw std::logic_error("run record '" + r.key + "' is declared twice");
+  records_.push_back(std::move(r));
+}
+
+void OpRegistry::section(SummarySection s) {
+  if (std::any_of(sections_.begin(), sections_.end(), [&](const SummarySection& o) { return o.name == s.name; }))
+    throw std::logic_error("summary section '" + s.name + "' is declared twice");
+  sections_.push_back(std::move(s));
 }
 
 const OpDecl& OpRegistry::op(std::string_view kind) const {

@@ -14,7 +14,8 @@
 #include <random>
 
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "common/paged_kv.hpp"
+#include "reference/common.hpp"
 #include "phasebench/error.hpp"
 
 namespace phasebench::cpu {
@@ -133,6 +134,11 @@ void evict_range(const void* p, std::uint64_t bytes) {
 void CpuOp::evict() const {
   for (const auto& [p, n] : regions_) evict_range(p, n);
 }
+
+BlockTable::BlockTable(const OpRequest& r, std::uint64_t B, std::uint64_t tokens)
+    : page_size(r.params["page_size"]),
+      pages_per_seq(pages_per_sequence(tokens, page_size)),
+      host(scattered_block_table(B, pages_per_seq, r.seed + 4)) {}
 
 std::vector<std::pair<std::uint64_t, std::uint64_t>> sample_positions(std::uint64_t rows, std::uint64_t cols,
                                                                       std::uint64_t max_samples, std::uint64_t seed) {

@@ -18,13 +18,14 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/cpu_kernels.hpp"
+#include "cpu/decode_attention.hpp"
 #include "cpu/attention_tiles.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
 #include "common/paged_kv.hpp"
 #include "cpu/cpu_op.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/decode_attention.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/ops/attention.hpp"
 
@@ -284,44 +285,26 @@ class CpuDecodeAttention final : public CpuOp {
       k_ = std::move(k);
       v_ = std::move(v);
     } else {
-      P_ = r.params["page_size"];
-      pps_ = pages_per_sequence(Lmax_, P_);
-      bt_ = scattered_block_table(s_.B, pps_, r.seed + 4);
-      const std::uint64_t pool = mul({s_.B * pps_, s_.Hkv, P_, s_.D, c}, "page pool bytes");
+      pages_ = BlockTable(r, s_.B, Lmax_);
+      const std::uint64_t pool = mul({s_.B * pages_.pages_per_seq, s_.Hkv, pages_.page_size, s_.D, c}, "page pool bytes");
       k_ = HostBuffer(pool);
       v_ = HostBuffer(pool);
       std::memset(k_.get(), 0, pool);
       std::memset(v_.get(), 0, pool);
-      scatter_to_pages(k.as<unsigned char>(), k_.as<unsigned char>(), bt_, s_.B, s_.Hkv, Lmax_, s_.D, P_, pps_, c);
-      scatter_to_pages(v.as<unsigned char>(), v_.as<unsigned char>(), bt_, s_.B, s_.Hkv, Lmax_, s_.D, P_, pps_, c);
-      track(bt_.data(), bt_.size() * sizeof(std::int32_t));
+      scatter_to_pages(k.as<unsigned char>(), k_.as<unsigned char>(), pages_.host, s_.B, s_.Hkv, Lmax_, s_.D, pages_.page_size, pages_.pages_per_seq, c);
+      scatter_to_pages(v.as<unsigned char>(), v_.as<unsigned char>(), pages_.host, s_.B, s_.Hkv, Lmax_, s_.D, pages_.page_size, pages_.pages_per_seq, c);
+      track(pages_.host.data(), pages_.host.size() * sizeof(std::int32_t));
     }
     for (const HostBuffer* b : {&q_, &k_, &v_, &out_}) track(b->get(), b->bytes());
   }
 
   void run() override {
-    DecodeAttentionArgs a;
-    a.q = q_.get();
-    a.k = k_.get();
-    a.v = v_.get();
-    a.out = out_.get();
-    a.block_table = paged_ ? bt_.data() : nullptr;
-    a.B = s_.B;
-    a.Hq = s_.Hq;
-    a.Hkv = s_.Hkv;
-    a.L = Lmax_;
-    a.D = s_.D;
-    a.page_size = P_;
-    a.pages_per_seq = pps_;
-    a.S = S_;
-    a.lengths = lengths_.empty() ? nullptr : lengths_.data();
-    a.t = r_.dtype;
-    if (kv_t_ == DType::fp8) {
-      a.kv_fp8 = true;
-      a.k_scale = scales_.data();
-      a.v_scale = scales_.data() + s_.Hkv;
-    }
-    decode_attention(a);
+    const bool fp8 = kv_t_ == DType::fp8;
+    decode_attention({.q = q_.get(), .k = k_.get(), .v = v_.get(), .out = out_.get(), .block_table = pages_.table(),
+                      .B = s_.B, .Hq = s_.Hq, .Hkv = s_.Hkv, .L = Lmax_, .D = s_.D, .page_size = pages_.page_size,
+                      .pages_per_seq = pages_.pages_per_seq, .S = S_,
+                      .lengths = lengths_.empty() ? nullptr : lengths_.data(), .t = r_.dtype, .kv_fp8 = fp8,
+                      .k_scale = fp8 ? scales_.data() : nullptr, .v_scale = fp8 ? scales_.data() + s_.Hkv : nullptr});
   }
 
   void verify() override {
@@ -338,8 +321,8 @@ class CpuDecodeAttention final : public CpuOp {
       const std::uint64_t seen = (lengths_.empty() ? s_.L : lengths_[b]) - S_ + 1 + i;
       auto addr = [&](const HostBuffer& base, std::uint64_t l) -> const unsigned char* {
         if (!paged_) return base.as<unsigned char>() + ((b * s_.Hkv + h) * Lmax_ + l) * D * c;
-        const auto page = static_cast<std::uint64_t>(bt_[b * pps_ + l / P_]);
-        return base.as<unsigned char>() + ((page * s_.Hkv + h) * P_ + l % P_) * D * c;
+        const auto page = static_cast<std::uint64_t>(pages_.host[b * pages_.pages_per_seq + l / pages_.page_size]);
+        return base.as<unsigned char>() + ((page * s_.Hkv + h) * pages_.page_size + l % pages_.page_size) * D * c;
       };
       // The cache's values: its elements times the head's scale (an fp8 cache).
       const float ks = scales_.empty() ? 1.0f : scales_[h], vs = scales_.empty() ? 1.0f : scales_[s_.Hkv + h];
@@ -378,8 +361,7 @@ class CpuDecodeAttention final : public CpuOp {
   DType kv_t_;
   std::uint64_t S_ = 1, Lmax_ = 0;       // new tokens per sequence; the longest context (the cache's stride)
   std::vector<std::uint64_t> lengths_;  // each sequence's context when ragged, else empty
-  std::uint64_t P_ = 0, pps_ = 0;
-  std::vector<std::int32_t> bt_;
+  BlockTable pages_;  // paged only
   std::vector<float> scales_;  // fp8 cache: K's scale per KV head, then V's
   HostBuffer q_, k_, v_, out_;
 };

@@ -22,7 +22,8 @@
 #include "common/numeric.hpp"
 #include "common/paged_kv.hpp"
 #include "cpu/cpu_op.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/decode_latent_attention.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/latent_attention.hpp"
@@ -238,35 +239,21 @@ class CpuLatentAttention final : public CpuOp {
     if (!paged_) {
       cache_ = std::move(c);
     } else {
-      P_ = r.params["page_size"];
-      pps_ = pages_per_sequence(s_.L, P_);
-      bt_ = scattered_block_table(s_.B, pps_, r.seed + 4);
-      const std::uint64_t pool = mul({s_.B * pps_, P_, W, e}, "latent page pool bytes");
+      pages_ = BlockTable(r, s_.B, s_.L);
+      const std::uint64_t pool = mul({s_.B * pages_.pages_per_seq, pages_.page_size, W, e}, "latent page pool bytes");
       cache_ = HostBuffer(pool);
       std::memset(cache_.get(), 0, pool);
-      scatter_to_pages(c.as<unsigned char>(), cache_.as<unsigned char>(), bt_, s_.B, s_.L, P_, pps_, W * e);
-      track(bt_.data(), bt_.size() * sizeof(std::int32_t));
+      scatter_to_pages(c.as<unsigned char>(), cache_.as<unsigned char>(), pages_.host, s_.B, s_.L, pages_.page_size, pages_.pages_per_seq, W * e);
+      track(pages_.host.data(), pages_.host.size() * sizeof(std::int32_t));
     }
-    a_.splits = choose_splits(s_.B, s_.L, threads(), r.params.get("splits", 0));
-    a_.chunk = chunk_of(s_.L, a_.splits);
-    a_.splits = (s_.L + a_.chunk - 1) / a_.chunk;
-    part_.assign(s_.B * a_.splits * s_.H * (s_.R + 2), 0.f);
+    const std::uint64_t chunk = chunk_of(s_.L, choose_splits(s_.B, s_.L, threads(), r.params.get("splits", 0)));
+    const std::uint64_t splits = (s_.L + chunk - 1) / chunk;
+    part_.assign(s_.B * splits * s_.H * (s_.R + 2), 0.f);
     for (const HostBuffer* b : {&q_, &cache_, &out_}) track(b->get(), b->bytes());
     track(part_.data(), part_.size() * sizeof(float));
-    a_.q = q_.get();
-    a_.cache = cache_.get();
-    a_.out = out_.get();
-    a_.block_table = paged_ ? bt_.data() : nullptr;
-    a_.B = s_.B;
-    a_.H = s_.H;
-    a_.L = s_.L;
-    a_.R = s_.R;
-    a_.P = s_.P;
-    a_.page_size = P_;
-    a_.pages_per_seq = pps_;
-    a_.scale = latent_attention_scale(r);
-    a_.t = r.dtype;
-    a_.part = part_.data();
+    a_ = {.q = q_.get(), .cache = cache_.get(), .out = out_.get(), .block_table = pages_.table(), .B = s_.B, .H = s_.H,
+          .L = s_.L, .R = s_.R, .P = s_.P, .page_size = pages_.page_size, .pages_per_seq = pages_.pages_per_seq,
+          .splits = splits, .chunk = chunk, .scale = latent_attention_scale(r), .t = r.dtype, .part = part_.data()};
   }
 
   void run() override { decode_latent_attention(a_); }
@@ -279,8 +266,8 @@ class CpuLatentAttention final : public CpuOp {
     std::vector<double> want, o(R);
     auto addr = [&](std::uint64_t b, std::uint64_t l) -> const unsigned char* {
       if (!paged_) return cache_.as<unsigned char>() + (b * s_.L + l) * W * e;
-      const auto page = static_cast<std::uint64_t>(bt_[b * pps_ + l / P_]);
-      return cache_.as<unsigned char>() + (page * P_ + l % P_) * W * e;
+      const auto page = static_cast<std::uint64_t>(pages_.host[b * pages_.pages_per_seq + l / pages_.page_size]);
+      return cache_.as<unsigned char>() + (page * pages_.page_size + l % pages_.page_size) * W * e;
     };
     std::uint64_t last_b = ~0ull;
     std::vector<float> rows;  // the sequence's latent rows, decoded
@@ -304,7 +291,7 @@ class CpuLatentAttention final : public CpuOp {
                                 r_.kind + " " + std::string(to_string(r_.dtype)) + " (B=" + std::to_string(s_.B) +
                                     " H=" + std::to_string(s_.H) + " L=" + std::to_string(s_.L) +
                                     " R=" + std::to_string(s_.R) + " P=" + std::to_string(s_.P) +
-                                    (paged_ ? " page_size=" + std::to_string(P_) : std::string()) +
+                                    (paged_ ? " page_size=" + std::to_string(pages_.page_size) : std::string()) +
                                     " splits=" + std::to_string(a_.splits) + ")");
   }
 
@@ -314,8 +301,7 @@ class CpuLatentAttention final : public CpuOp {
   OpRequest r_;
   LatentAttentionShape s_;
   bool paged_ = false;
-  std::uint64_t P_ = 0, pps_ = 0;
-  std::vector<std::int32_t> bt_;
+  BlockTable pages_;  // paged only
   HostBuffer q_, cache_, out_;
   std::vector<float> part_;
   LatentArgs a_;

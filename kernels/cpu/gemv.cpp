@@ -10,9 +10,10 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/cpu_kernels.hpp"
+#include "cpu/gemv.hpp"
 #include "cpu/cpu_op.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/linear.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"

@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/cpu_kernels.hpp"
+#include "cpu/gemv_int4.hpp"
 #include "cpu/cpu_op.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/linear_int4.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/cpu_kernels.hpp"
+#include "cpu/kv_append.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
 #include "common/paged_kv.hpp"
@@ -84,9 +84,8 @@ class CpuKvAppend final : public CpuOp {
       : CpuOp(r.cost().bytes.total()), r_(r), s_(KvAppendShape::of(r.shape)), paged_(r.kind == kKvAppendPaged) {
     const auto e = element_bytes(r.dtype);
     const auto capacity = r.params["capacity"];
-    P_ = paged_ ? r.params["page_size"] : 0;
-    pps_ = paged_ ? pages_per_sequence(capacity, P_) : 0;
-    cap_ = paged_ ? pps_ * P_ : capacity;
+    if (paged_) pages_ = BlockTable(r, s_.B, capacity);
+    cap_ = paged_ ? pages_.pages_per_seq * pages_.page_size : capacity;
     pos_ = capacity - s_.S;  // append at the end of the cache
     const std::uint64_t n_new = mul({s_.B, s_.S, s_.Hkv, s_.D});
     nk_ = HostBuffer(n_new * e);
@@ -99,8 +98,7 @@ class CpuKvAppend final : public CpuOp {
     std::memset(kc_.get(), 0, cache);  // touch every page now, not inside the timed region
     std::memset(vc_.get(), 0, cache);
     if (paged_) {
-      bt_ = scattered_block_table(s_.B, pps_, r.seed + 4);
-      track(bt_.data(), bt_.size() * sizeof(std::int32_t));
+      track(pages_.host.data(), pages_.host.size() * sizeof(std::int32_t));
     }
     track(nk_.get(), nk_.bytes());
     track(nv_.get(), nv_.bytes());
@@ -120,8 +118,8 @@ class CpuKvAppend final : public CpuOp {
           const std::uint64_t p = pos_ + s;
           std::uint64_t dst;
           if (paged_) {
-            const auto page = static_cast<std::uint64_t>(bt_[b * pps_ + p / P_]);
-            dst = ((page * s_.Hkv + h) * P_ + p % P_) * row;
+            const auto page = static_cast<std::uint64_t>(pages_.host[b * pages_.pages_per_seq + p / pages_.page_size]);
+            dst = ((page * s_.Hkv + h) * pages_.page_size + p % pages_.page_size) * row;
           } else {
             dst = ((b * s_.Hkv + h) * cap_ + p) * row;
           }
@@ -130,22 +128,10 @@ class CpuKvAppend final : public CpuOp {
   }
 
   void run() override {
-    KvAppendArgs a;
-    a.new_k = nk_.get();
-    a.new_v = nv_.get();
-    a.k_cache = kc_.get();
-    a.v_cache = vc_.get();
-    a.block_table = paged_ ? bt_.data() : nullptr;
-    a.B = s_.B;
-    a.S = s_.S;
-    a.Hkv = s_.Hkv;
-    a.D = s_.D;
-    a.pos = pos_;
-    a.capacity = cap_;
-    a.page_size = P_;
-    a.pages_per_seq = pps_;
-    a.element_bytes = element_bytes(r_.dtype);
-    kv_append(a);
+    kv_append({.new_k = nk_.get(), .new_v = nv_.get(), .k_cache = kc_.get(), .v_cache = vc_.get(),
+               .block_table = pages_.table(), .B = s_.B, .S = s_.S, .Hkv = s_.Hkv, .D = s_.D, .pos = pos_,
+               .capacity = cap_, .page_size = pages_.page_size, .pages_per_seq = pages_.pages_per_seq,
+               .element_bytes = element_bytes(r_.dtype)});
   }
 
   void verify() override {
@@ -163,8 +149,8 @@ class CpuKvAppend final : public CpuOp {
   OpRequest r_;
   KvAppendShape s_;
   bool paged_ = false;
-  std::uint64_t P_ = 0, pps_ = 0, cap_ = 0, pos_ = 0;
-  std::vector<std::int32_t> bt_;
+  std::uint64_t cap_ = 0, pos_ = 0;
+  BlockTable pages_;  // paged only
   HostBuffer nk_, nv_, kc_, vc_;
 };
 

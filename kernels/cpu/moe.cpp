@@ -12,7 +12,8 @@
 
 #include "common/numeric.hpp"
 #include "cpu/cpu_op.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/moe.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/moe.hpp"

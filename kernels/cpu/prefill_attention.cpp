@@ -15,11 +15,12 @@
 #include <vector>
 
 #include "cpu/attention_tiles.hpp"
-#include "cpu/cpu_kernels.hpp"
+#include "cpu/prefill_attention.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
 #include "cpu/cpu_op.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/prefill_attention.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/ops/attention.hpp"
 

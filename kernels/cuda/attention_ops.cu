@@ -6,7 +6,8 @@
 #include <algorithm>
 
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "common/paged_kv.hpp"
+#include "reference/common.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
 
@@ -42,6 +43,17 @@ std::vector<std::uint64_t> spread_sample(std::uint64_t total, std::uint64_t n) {
   for (std::uint64_t k = 0; k < n; ++k) idx.push_back(k * (total - 1) / (n - 1));
   idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
   return idx;
+}
+
+BlockTable::BlockTable(const OpRequest& r, int B, std::uint64_t tokens)
+    : page_size(static_cast<int>(r.params["page_size"])),
+      pages_per_seq(static_cast<int>(pages_per_sequence(tokens, r.params["page_size"]))),
+      host(scattered_block_table(static_cast<std::uint64_t>(B), static_cast<std::uint64_t>(pages_per_seq),
+                                 seed_of(r.seed, KvBuf::block_table))) {}
+
+void BlockTable::to_device(cudaStream_t stream) {
+  device = DeviceBuffer(host.size() * sizeof(std::int32_t));
+  upload(device.get(), host.data(), device.bytes(), stream);
 }
 
 namespace {

@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "phasebench/error.hpp"
 
 namespace phasebench::cuda {

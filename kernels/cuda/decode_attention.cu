@@ -24,7 +24,8 @@
 #include <type_traits>
 
 #include "common/paged_kv.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/decode_attention.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
@@ -819,6 +820,12 @@ DecodeSplitPlan plan_decode_splits(DType dtype, int B, int Hq, int Hkv, int L, i
   return plan;
 }
 
+DecodeAttentionParams decode_attention_params(DType t, const void* q, void* out, const void* k, const void* v, int B,
+                                              int Hq, int Hkv, int L, int D, int splits, float* workspace) {
+  // No block table or pages, S = 1, no lengths (every context L), no fp8 scales.
+  return {t, q, out, k, v, nullptr, B, Hq, Hkv, L, D, 1, nullptr, 0, 0, splits, workspace, false, nullptr};
+}
+
 void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStream_t stream) {
   const bool paged = p.block_table != nullptr;
   if (auto why = decode_attention_unsupported(p.dtype, p.Hq, p.Hkv, p.D, paged, p.page_size, p.S))
@@ -931,9 +938,8 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     const std::size_t q_elems = static_cast<std::size_t>(B_) * S_ * Hq_ * D_;
     std::size_t kv_elems = static_cast<std::size_t>(B_) * Hkv_ * L_ * D_;
     if (paged_) {
-      P_ = static_cast<int>(r.params["page_size"]);
-      pps_ = static_cast<int>(pages_per_sequence(static_cast<std::uint64_t>(L_), r.params["page_size"]));
-      kv_elems = static_cast<std::size_t>(B_) * pps_ * Hkv_ * P_ * D_;
+      pool_ = BlockTable(r, B_, static_cast<std::uint64_t>(L_));
+      kv_elems = static_cast<std::size_t>(B_) * pool_.pages_per_seq * Hkv_ * pool_.page_size * D_;
     }
     const DecodeSplitPlan plan = split_plan(ctx, r);
     chunk_ = plan.chunk;
@@ -958,41 +964,28 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     fill_random(q_.get(), r.dtype, q_elems, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
     PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
     if (paged_) {
-      bt_host_ = scattered_block_table(static_cast<std::uint64_t>(B_), static_cast<std::uint64_t>(pps_),
-                                       seed_of(r.seed, KvBuf::block_table));
-      bt_ = DeviceBuffer(bt_host_.size() * sizeof(std::int32_t));
-      upload(bt_.get(), bt_host_.data(), bt_.bytes(), ctx.stream);
+      pool_.to_device(ctx.stream);
       // Slots past L in each sequence's last page hold unrelated non-zero data (read
       // by nobody); the logical slots hold the contiguous cache's values of the same seed.
       fill_random(k_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::k_pool), 1.0f, ctx.stream);
       fill_random(v_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::v_pool), 1.0f, ctx.stream);
-      paged_logical_fill(k_.get(), bt_.as<std::int32_t>(), kv_t_, seed_of(r.seed, KvBuf::k), B_, Hkv_, L_, D_, P_,
-                         pps_, ctx.stream);
-      paged_logical_fill(v_.get(), bt_.as<std::int32_t>(), kv_t_, seed_of(r.seed, KvBuf::v), B_, Hkv_, L_, D_, P_,
-                         pps_, ctx.stream);
+      paged_logical_fill(k_.get(), pool_.table(), kv_t_, seed_of(r.seed, KvBuf::k), B_, Hkv_, L_, D_, pool_.page_size,
+                         pool_.pages_per_seq, ctx.stream);
+      paged_logical_fill(v_.get(), pool_.table(), kv_t_, seed_of(r.seed, KvBuf::v), B_, Hkv_, L_, D_, pool_.page_size,
+                         pool_.pages_per_seq, ctx.stream);
     } else {
       fill_random(k_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::k), 1.0f, ctx.stream);
       fill_random(v_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::v), 1.0f, ctx.stream);
     }
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 
-    p_.dtype = r.dtype;
-    p_.q = q_.get();
-    p_.out = out_.get();
-    p_.k = k_.get();
-    p_.v = v_.get();
-    p_.block_table = paged_ ? bt_.as<std::int32_t>() : nullptr;
-    p_.B = B_;
-    p_.Hq = Hq_;
-    p_.Hkv = Hkv_;
-    p_.L = L_;
-    p_.D = D_;
-    p_.page_size = P_;
-    p_.pages_per_seq = pps_;
+    p_ = decode_attention_params(r.dtype, q_.get(), out_.get(), k_.get(), v_.get(), B_, Hq_, Hkv_, L_, D_, splits,
+                                 ws_floats ? ws_.as<float>() : nullptr);
+    p_.block_table = paged_ ? pool_.table() : nullptr;
+    p_.page_size = pool_.page_size;
+    p_.pages_per_seq = pool_.pages_per_seq;
     p_.S = S_;
     p_.lengths = lengths_.empty() ? nullptr : lengths_dev_.as<int>();
-    p_.splits = splits;
-    p_.workspace = ws_floats ? ws_.as<float>() : nullptr;
     p_.kv_fp8 = kv_t_ == DType::fp8;
     p_.kv_scales = p_.kv_fp8 ? scales_.as<float>() : nullptr;
   }
@@ -1037,9 +1030,9 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
         PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + len * D * es, byte_ptr(v_.get(), off, es), len * D * es,
                                       cudaMemcpyDeviceToHost, ctx_.stream));
       } else {
-        const std::size_t P = static_cast<std::size_t>(P_);
+        const std::size_t P = static_cast<std::size_t>(pool_.page_size);
         for (std::size_t lp = 0; lp * P < len; ++lp) {
-          const std::size_t page = static_cast<std::size_t>(bt_host_[b * pps_ + lp]);
+          const std::size_t page = static_cast<std::size_t>(pool_.host[b * pool_.pages_per_seq + lp]);
           const std::size_t tokens = std::min(P, len - lp * P);
           const std::size_t off = (page * Hkv_ + h) * P * D;
           PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + lp * P * D * es, byte_ptr(k_.get(), off, es), tokens * D * es,
@@ -1094,7 +1087,7 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
        << " Hq=" << Hq_ << " Hkv=" << Hkv_ << " L=" << L_ << " D=" << D_;
     if (S_ > 1) os << " S=" << S_;
     if (!lengths_.empty()) os << " contexts " << decode_attention_context_dist(r_).text() << " (longest " << L_ << ")";
-    if (paged_) os << " page_size=" << P_;
+    if (paged_) os << " page_size=" << pool_.page_size;
     os << " splits=" << p_.splits;
     return os.str();
   }
@@ -1104,12 +1097,12 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
   bool paged_;
   DType kv_t_;
   bool fault_ = false;
-  int B_ = 0, Hq_ = 0, Hkv_ = 0, L_ = 0, D_ = 0, P_ = 0, pps_ = 0;  // L_: the longest context
+  int B_ = 0, Hq_ = 0, Hkv_ = 0, L_ = 0, D_ = 0;  // L_: the longest context
   int S_ = 1;                 // new tokens per sequence
   std::vector<int> lengths_;  // each sequence's context when ragged, else empty
   int chunk_ = 1;
-  DeviceBuffer q_, out_, k_, v_, bt_, ws_, scales_, lengths_dev_;
-  std::vector<std::int32_t> bt_host_;
+  DeviceBuffer q_, out_, k_, v_, ws_, scales_, lengths_dev_;
+  BlockTable pool_;  // paged only
   DecodeAttentionParams p_;
 };
 
@@ -1120,12 +1113,6 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
 PHASEBENCH_CUDA_OPS(decode_attention) {
   using namespace phasebench;
   using namespace phasebench::cuda;
-  auto workspace = [](const OpRequest& r, const Context& ctx) -> std::uint64_t {
-    return split_plan(ctx, r).workspace_floats * sizeof(float);
-  };
-  auto prepare = [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
-    return std::make_unique<DecodeAttentionOp>(ctx, r);
-  };
-  registry.add({kDecodeAttention, Impl::own, takes_16bit, {}, request_unsupported, workspace, prepare});
-  registry.add({kDecodeAttentionPaged, Impl::own, takes_16bit, {}, request_unsupported, workspace, prepare});
+  add_contiguous_and_paged<DecodeAttentionOp>(registry, kDecodeAttention, kDecodeAttentionPaged, request_unsupported,
+                                              split_workspace_bytes<split_plan>);
 }

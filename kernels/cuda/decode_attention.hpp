@@ -95,6 +95,13 @@ struct DecodeSplitPlan {
 DecodeSplitPlan plan_decode_splits(DType dtype, int B, int Hq, int Hkv, int L, int D, int page_size,
                                    std::uint64_t requested, int sm_count, bool kv_fp8 = false, int S = 1);
 
+// The params of a decode over contiguous [B, Hkv, L, D] caches of the same type as
+// q, one new token per sequence, every context L, in `splits` chunks (workspace
+// when > 1): what the decode attention op and the whole layer both start from
+// (the op then sets a paged pool, the step's tokens, ragged contexts, an fp8 cache).
+DecodeAttentionParams decode_attention_params(DType t, const void* q, void* out, const void* k, const void* v, int B,
+                                              int Hq, int Hkv, int L, int D, int splits, float* workspace);
+
 // Enqueue on `stream` (no synchronisation). `chunk` tokens per split
 // (decode_split_chunk); p.splits == ceil(L / chunk).
 void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStream_t stream);

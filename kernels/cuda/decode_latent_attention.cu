@@ -44,7 +44,8 @@
 #include <type_traits>
 
 #include "common/paged_kv.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/decode_latent_attention.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
@@ -463,9 +464,8 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
     const std::size_t q_elems = static_cast<std::size_t>(B_) * H_ * kW;
     std::size_t cache_elems = static_cast<std::size_t>(B_) * L_ * kW;
     if (paged_) {
-      P_ = static_cast<int>(r.params["page_size"]);
-      pps_ = static_cast<int>(pages_per_sequence(s.L, r.params["page_size"]));
-      cache_elems = static_cast<std::size_t>(B_) * pps_ * P_ * kW;
+      pool_ = BlockTable(r, B_, s.L);
+      cache_elems = static_cast<std::size_t>(B_) * pool_.pages_per_seq * pool_.page_size * kW;
     }
     const LatentSplitPlan plan = split_plan(ctx, r);
     q_ = DeviceBuffer(q_elems * es);
@@ -475,14 +475,11 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
     fill_random(q_.get(), r.dtype, q_elems, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
     PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
     if (paged_) {
-      bt_host_ = scattered_block_table(static_cast<std::uint64_t>(B_), static_cast<std::uint64_t>(pps_),
-                                       seed_of(r.seed, KvBuf::block_table));
-      bt_ = DeviceBuffer(bt_host_.size() * sizeof(std::int32_t));
-      upload(bt_.get(), bt_host_.data(), bt_.bytes(), ctx.stream);
+      pool_.to_device(ctx.stream);
       // Slots past L in each sequence's last page hold unrelated non-zero data (read by nobody).
       fill_random(cache_.get(), r.dtype, cache_elems, seed_of(r.seed, KvBuf::k_pool), 1.0f, ctx.stream);
-      paged_logical_fill(cache_.get(), bt_.as<std::int32_t>(), r.dtype, seed_of(r.seed, KvBuf::k), B_, 1, L_, kW, P_,
-                         pps_, ctx.stream);
+      paged_logical_fill(cache_.get(), pool_.table(), r.dtype, seed_of(r.seed, KvBuf::k), B_, 1, L_, kW, pool_.page_size,
+                         pool_.pages_per_seq, ctx.stream);
     } else {
       fill_random(cache_.get(), r.dtype, cache_elems, seed_of(r.seed, KvBuf::k), 1.0f, ctx.stream);
     }
@@ -492,12 +489,12 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
     l_.p.q = q_.as<std::uint16_t>();
     l_.p.out = out_.as<std::uint16_t>();
     l_.p.cache = cache_.as<std::uint16_t>();
-    l_.p.block_table = paged_ ? bt_.as<std::int32_t>() : nullptr;
+    l_.p.block_table = paged_ ? pool_.table() : nullptr;
     l_.p.part = plan.workspace_floats ? ws_.as<float>() : nullptr;
     l_.p.H = H_;
     l_.p.L = L_;
-    l_.p.page_size = P_;
-    l_.p.pages_per_seq = pps_;
+    l_.p.page_size = pool_.page_size;
+    l_.p.pages_per_seq = pool_.pages_per_seq;
     l_.p.chunk = plan.chunk;
     l_.p.splits = plan.splits;
     l_.p.scale_log2 = static_cast<float>(1.4426950408889634 * latent_attention_scale(r));
@@ -528,9 +525,9 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
         PB_CUDA_CHECK(cudaMemcpyAsync(raw.data(), byte_ptr(cache_.get(), b * L * kW, es), L * kW * es,
                                       cudaMemcpyDeviceToHost, ctx_.stream));
       } else {
-        const std::size_t P = static_cast<std::size_t>(P_);
-        for (std::size_t lp = 0; lp < static_cast<std::size_t>(pps_); ++lp) {
-          const std::size_t page = static_cast<std::size_t>(bt_host_[b * pps_ + lp]);
+        const std::size_t P = static_cast<std::size_t>(pool_.page_size);
+        for (std::size_t lp = 0; lp < static_cast<std::size_t>(pool_.pages_per_seq); ++lp) {
+          const std::size_t page = static_cast<std::size_t>(pool_.host[b * pool_.pages_per_seq + lp]);
           const std::size_t tokens = std::min(P, L - lp * P);
           PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + lp * P * kW * es, byte_ptr(cache_.get(), page * P * kW, es),
                                         tokens * kW * es, cudaMemcpyDeviceToHost, ctx_.stream));
@@ -564,7 +561,7 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
     std::ostringstream os;
     os << (paged_ ? "MLA decode attention (paged)" : "MLA decode attention") << " " << to_string(r_.dtype)
        << " B=" << B_ << " H=" << H_ << " L=" << L_ << " R=" << kR << " P=" << kP;
-    if (paged_) os << " page_size=" << P_;
+    if (paged_) os << " page_size=" << pool_.page_size;
     os << " splits=" << l_.p.splits;
     return os.str();
   }
@@ -573,9 +570,9 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
   OpRequest r_;
   bool paged_;
   bool fault_ = false;
-  int B_ = 0, H_ = 0, L_ = 0, P_ = 0, pps_ = 0;
-  DeviceBuffer q_, out_, cache_, bt_, ws_;
-  std::vector<std::int32_t> bt_host_;
+  int B_ = 0, H_ = 0, L_ = 0;
+  DeviceBuffer q_, out_, cache_, ws_;
+  BlockTable pool_;  // paged only
   Launch l_;
 };
 
@@ -586,12 +583,6 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
 PHASEBENCH_CUDA_OPS(decode_latent_attention) {
   using namespace phasebench;
   using namespace phasebench::cuda;
-  auto workspace = [](const OpRequest& r, const Context& ctx) -> std::uint64_t {
-    return split_plan(ctx, r).workspace_floats * sizeof(float);
-  };
-  auto prepare = [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
-    return std::make_unique<LatentAttentionOp>(ctx, r);
-  };
-  registry.add({kDecodeLatentAttention, Impl::own, takes_16bit, {}, request_unsupported, workspace, prepare});
-  registry.add({kDecodeLatentAttentionPaged, Impl::own, takes_16bit, {}, request_unsupported, workspace, prepare});
+  add_contiguous_and_paged<LatentAttentionOp>(registry, kDecodeLatentAttention, kDecodeLatentAttentionPaged,
+                                              request_unsupported, split_workspace_bytes<split_plan>);
 }

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "reference/linear_int4.hpp"
 #include "cuda/cuda_op.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"

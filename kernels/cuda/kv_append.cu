@@ -66,6 +66,12 @@ std::optional<std::string> kv_append_unsupported(DType dtype, long long D, bool 
   return std::nullopt;
 }
 
+KvAppendParams kv_append_params(DType t, const void* k_new, const void* v_new, void* k_cache, void* v_cache, int B, int S,
+                                int Hkv, int D, int capacity, int pos, const std::int32_t* block_table, int page_size,
+                                int pages_per_seq) {
+  return {t, k_new, v_new, k_cache, v_cache, block_table, B, S, Hkv, D, capacity, pos, page_size, pages_per_seq};
+}
+
 void launch_kv_append(const KvAppendParams& p, cudaStream_t stream) {
   const bool paged = p.block_table != nullptr;
   if (auto why = kv_append_unsupported(p.dtype, p.D, paged, p.page_size)) throw Unsupported(*why);
@@ -128,9 +134,8 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
     const std::size_t es = element_bytes(r.dtype);
     new_elems_ = static_cast<std::size_t>(B_) * S_ * Hkv_ * D_;
     if (paged_) {
-      P_ = static_cast<int>(r.params["page_size"]);
-      pps_ = static_cast<int>(pages_per_sequence(r.params["capacity"], r.params["page_size"]));
-      cache_elems_ = static_cast<std::size_t>(B_) * pps_ * Hkv_ * P_ * D_;
+      pool_ = BlockTable(r, B_, r.params["capacity"]);
+      cache_elems_ = static_cast<std::size_t>(B_) * pool_.pages_per_seq * Hkv_ * pool_.page_size * D_;
     } else {
       cache_elems_ = static_cast<std::size_t>(B_) * Hkv_ * cap_ * D_;
     }
@@ -144,27 +149,12 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
     fill_random(k_cache_.get(), r.dtype, cache_elems_, seed_of(r.seed, KvBuf::k), 1.0f, ctx.stream);
     fill_random(v_cache_.get(), r.dtype, cache_elems_, seed_of(r.seed, KvBuf::v), 1.0f, ctx.stream);
     if (paged_) {
-      bt_host_ = scattered_block_table(static_cast<std::uint64_t>(B_), static_cast<std::uint64_t>(pps_),
-                                       seed_of(r.seed, KvBuf::block_table));
-      bt_ = DeviceBuffer(bt_host_.size() * sizeof(std::int32_t));
-      upload(bt_.get(), bt_host_.data(), bt_.bytes(), ctx.stream);
+      pool_.to_device(ctx.stream);
     }
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 
-    p_.dtype = r.dtype;
-    p_.k_new = k_new_.get();
-    p_.v_new = v_new_.get();
-    p_.k_cache = k_cache_.get();
-    p_.v_cache = v_cache_.get();
-    p_.block_table = paged_ ? bt_.as<std::int32_t>() : nullptr;
-    p_.B = B_;
-    p_.S = S_;
-    p_.Hkv = Hkv_;
-    p_.D = D_;
-    p_.capacity = cap_;
-    p_.pos = pos_;
-    p_.page_size = P_;
-    p_.pages_per_seq = pps_;
+    p_ = kv_append_params(r.dtype, k_new_.get(), v_new_.get(), k_cache_.get(), v_cache_.get(), B_, S_, Hkv_, D_, cap_, pos_,
+                          paged_ ? pool_.table() : nullptr, pool_.page_size, pool_.pages_per_seq);
   }
 
   void run() override { launch_kv_append(p_, ctx_.stream); }
@@ -190,7 +180,7 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
         const std::uint64_t cache_seed = seed_of(r_.seed, which == 0 ? KvBuf::k : KvBuf::v);
         const std::vector<std::uint16_t> fresh = download_u16(byte_ptr(src_new, new_off, es), S_ * Hkv_ * D, ctx_.stream);
         // slots: host copy of positions [lo, end) of every head of sequence b, [h][t - lo][D] or per page.
-        const int end = paged_ ? pps_ * P_ : cap_;
+        const int end = paged_ ? pool_.pages_per_seq * pool_.page_size : cap_;
         std::vector<std::uint16_t> got(static_cast<std::size_t>(Hkv_) * (end - lo) * D);
         if (!paged_) {
           PB_CUDA_CHECK(cudaMemcpy2DAsync(got.data(), (end - lo) * D * es, byte_ptr(cache, cache_offset(b, 0, lo), es),
@@ -199,7 +189,7 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
         } else {
           for (int h = 0; h < Hkv_; ++h)
             for (int t = lo; t < end;) {
-              const int n = std::min(end - t, P_ - t % P_);  // slots of t's page from t on
+              const int n = std::min(end - t, pool_.page_size - t % pool_.page_size);  // slots of t's page from t on
               PB_CUDA_CHECK(cudaMemcpyAsync(got.data() + (static_cast<std::size_t>(h) * (end - lo) + (t - lo)) * D,
                                             byte_ptr(cache, cache_offset(b, h, t), es), n * D * es,
                                             cudaMemcpyDeviceToHost, ctx_.stream));
@@ -246,15 +236,15 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
   std::size_t cache_offset(std::size_t b, std::size_t h, std::size_t t) const {
     const std::size_t D = static_cast<std::size_t>(D_);
     if (!paged_) return ((b * Hkv_ + h) * cap_ + t) * D;
-    const std::size_t P = static_cast<std::size_t>(P_);
-    const std::size_t page = static_cast<std::size_t>(bt_host_[b * pps_ + t / P]);
+    const std::size_t P = static_cast<std::size_t>(pool_.page_size);
+    const std::size_t page = static_cast<std::size_t>(pool_.host[b * pool_.pages_per_seq + t / P]);
     return ((page * Hkv_ + h) * P + t % P) * D;
   }
   std::string shape() const {
     std::ostringstream os;
     os << (paged_ ? "KV append (paged)" : "KV append") << " " << to_string(r_.dtype) << " B=" << B_ << " S=" << S_
        << " Hkv=" << Hkv_ << " D=" << D_ << " capacity=" << cap_;
-    if (paged_) os << " page_size=" << P_;
+    if (paged_) os << " page_size=" << pool_.page_size;
     return os.str();
   }
 
@@ -262,10 +252,10 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
   OpRequest r_;
   bool paged_;
   bool fault_ = false;
-  int B_ = 0, S_ = 0, Hkv_ = 0, D_ = 0, cap_ = 0, pos_ = 0, P_ = 0, pps_ = 0;
+  int B_ = 0, S_ = 0, Hkv_ = 0, D_ = 0, cap_ = 0, pos_ = 0;
   std::size_t new_elems_ = 0, cache_elems_ = 0;
-  DeviceBuffer k_new_, v_new_, k_cache_, v_cache_, bt_;
-  std::vector<std::int32_t> bt_host_;
+  DeviceBuffer k_new_, v_new_, k_cache_, v_cache_;
+  BlockTable pool_;  // paged only
   KvAppendParams p_;
 };
 
@@ -277,9 +267,5 @@ PHASEBENCH_CUDA_OPS(kv_append) {
   using namespace phasebench;
   using namespace phasebench::cuda;
   // A bit-exact copy of 16-bit elements.
-  auto prepare = [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
-    return std::make_unique<KvAppendOp>(ctx, r);
-  };
-  registry.add({kKvAppend, Impl::own, takes_16bit, {}, request_unsupported, {}, prepare});
-  registry.add({kKvAppendPaged, Impl::own, takes_16bit, {}, request_unsupported, {}, prepare});
+  add_contiguous_and_paged<KvAppendOp>(registry, kKvAppend, kKvAppendPaged, request_unsupported);
 }

@@ -33,6 +33,13 @@ struct KvAppendParams {
 // What is wrong and what is supported, or nothing when supported.
 std::optional<std::string> kv_append_unsupported(DType dtype, long long D, bool paged, long long page_size);
 
+// The params of appending [B, S, Hkv, D] new tokens at positions pos.. of a
+// contiguous cache of `capacity` tokens per (sequence, head) row, or of a paged
+// pool (block_table set): what the KV-append op and the whole layer both pass.
+KvAppendParams kv_append_params(DType t, const void* k_new, const void* v_new, void* k_cache, void* v_cache, int B, int S,
+                                int Hkv, int D, int capacity, int pos, const std::int32_t* block_table = nullptr,
+                                int page_size = 0, int pages_per_seq = 0);
+
 void launch_kv_append(const KvAppendParams& p, cudaStream_t stream);
 
 }  // namespace phasebench::cuda

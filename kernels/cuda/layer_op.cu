@@ -3,7 +3,7 @@
 // order one through the layer), builds the four cuBLASLt matmuls and the
 // kernels' parameters, and synchronises; run() only enqueues; verify() runs
 // once and checks a few tokens' outputs against a CPU reference of the whole
-// layer, written below in plain loops.
+// layer (reference/layer.hpp's steps, reference/decode_attention.hpp's attention).
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/decode_attention.hpp"
+#include "reference/layer.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
 #include "cuda/decode_attention.hpp"
@@ -79,76 +81,6 @@ void launch_qkv_split(const void* qkv, void* q, void* k, void* v, int M, int Nq,
   PB_CUDA_CHECK_LAUNCH("qkv_split_kernel");
 }
 
-
-// ---- the CPU reference of one token through the layer -------------------------
-// Inputs are floats decoded from the device's storage; every op's output is
-// rounded to the storage type where the GPU rounds it (between ops), so the
-// reference follows the same chain; sums are in double.
-
-struct RefWeights {
-  DType t;
-  std::vector<std::uint16_t> attn_norm, qkv, o, mlp_norm, gate_up, down;  // raw 16-bit storage, row-major [N, K]
-  float dec(std::uint16_t b) const { return t == DType::bf16 ? numeric::bf16_to_float(b) : numeric::fp16_to_float(b); }
-};
-
-// y[n] = round(sum_k x[k] W[n, k]) for n < N; abs[n] = sum_k |x[k] W[n, k]|.
-void ref_linear(const RefWeights& w, const std::vector<std::uint16_t>& W, const std::vector<float>& x, std::size_t N,
-                std::vector<float>& y, std::vector<double>* abs, bool round_out = true) {
-  const std::size_t K = x.size();
-  y.assign(N, 0.f);
-  if (abs) abs->assign(N, 0.0);
-  for (std::size_t n = 0; n < N; ++n) {
-    const std::uint16_t* row = W.data() + n * K;
-    double s = 0, a = 0;
-    for (std::size_t k = 0; k < K; ++k) {
-      const double p = static_cast<double>(x[k]) * w.dec(row[k]);
-      s += p;
-      a += std::fabs(p);
-    }
-    y[n] = round_out ? reference::round_to(static_cast<float>(s), w.t) : static_cast<float>(s);
-    if (abs) (*abs)[n] = a;
-  }
-}
-
-// RMSNorm: x / sqrt(mean(x^2) + eps) * g, rounded.
-std::vector<float> ref_rmsnorm(const RefWeights& w, const std::vector<float>& x, const std::vector<std::uint16_t>& g) {
-  double ss = 0;
-  for (float v : x) ss += static_cast<double>(v) * v;
-  const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + kNormEps);
-  std::vector<float> y(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i)
-    y[i] = reference::round_to(static_cast<float>(x[i] * inv * w.dec(g[i])), w.t);
-  return y;
-}
-
-// NeoX rotate-half RoPE of one head (D values) at position pos, in place, rounded.
-// The angle is formed in float as the kernel forms it (pos * theta^(-2i/D)), then
-// sin/cos in double. `abs` (the projection's |x*w| sums) becomes each rotated
-// element's tolerance scale: the sum of its two inputs' scales.
-void ref_rope(DType t, float* x, double* abs, int D, int pos) {
-  const float log2_theta = std::log2(kRopeTheta);
-  for (int i = 0; i < D / 2; ++i) {
-    const float inv_freq = std::exp2(-static_cast<float>(2 * i) / static_cast<float>(D) * log2_theta);
-    const double a = static_cast<double>(static_cast<float>(pos) * inv_freq);
-    const double c = std::cos(a), s = std::sin(a);
-    const double x1 = x[i], x2 = x[i + D / 2];
-    x[i] = reference::round_to(static_cast<float>(x1 * c - x2 * s), t);
-    x[i + D / 2] = reference::round_to(static_cast<float>(x2 * c + x1 * s), t);
-    const double sc = abs[i] + abs[i + D / 2];
-    abs[i] = abs[i + D / 2] = sc;
-  }
-}
-
-// SiLU(gate) * up over gate_up [2I], rounded; silu(g) = g / (1 + e^-g).
-std::vector<float> ref_silu_mul(DType t, const std::vector<float>& gu) {
-  const std::size_t I = gu.size() / 2;
-  std::vector<float> y(I);
-  for (std::size_t i = 0; i < I; ++i) {
-    const double g = gu[i], u = gu[I + i];
-    y[i] = reference::round_to(static_cast<float>(g / (1.0 + std::exp(-g)) * u), t);
-  }
-  return y;
-}
 
 // ---- the op ---------------------------------------------------------------------
 
@@ -260,7 +192,7 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
     const DType t = r_.dtype;
-    RefWeights w{t, {}, {}, {}, {}, {}, {}};
+    reference::LayerWeights w{t, {}, {}, {}, {}, {}, {}};
     auto all_of = [&](const DeviceBuffer& b) { return download_u16(b.get(), b.bytes() / 2, ctx_.stream); };
     w.attn_norm = all_of(w_attn_norm_);
     w.qkv = all_of(w_qkv_);
@@ -292,7 +224,7 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
  private:
   // One token through the reference layer (see verify()), compared at its K and V
   // in the cache, its attention output and the layer's output.
-  void verify_token(const RefWeights& w, const reference::Tolerance& tol, int b, int s) {
+  void verify_token(const reference::LayerWeights& w, const reference::Tolerance& tol, int b, int s) {
     const DType t = r_.dtype;
     const std::size_t es = element_bytes(t);
     const std::size_t h = static_cast<std::size_t>(h_), I = static_cast<std::size_t>(I_), D = static_cast<std::size_t>(D_),
@@ -307,12 +239,12 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
 
     // attn_norm -> qkv_proj -> rope.
     const std::vector<float> x = download_as_float(byte_ptr(x_.get(), m * h, es), t, h, ctx_.stream);
-    const std::vector<float> xn = ref_rmsnorm(w, x, w.attn_norm);
+    const std::vector<float> xn = reference::layer_rmsnorm(w, x, w.attn_norm, kNormEps);
     std::vector<float> qkv;
     std::vector<double> qkv_abs;
-    ref_linear(w, w.qkv, xn, Nqkv, qkv, &qkv_abs);
+    reference::layer_linear(w, w.qkv, xn, Nqkv, qkv, &qkv_abs);
     for (int head = 0; head < Hq_ + Hkv_; ++head)
-      ref_rope(t, qkv.data() + head * D, qkv_abs.data() + head * D, D_, pos);
+      reference::layer_rope(t, qkv.data() + head * D, qkv_abs.data() + head * D, D_, pos, kRopeTheta);
 
     // This sequence's K and V cache rows [Hkv][ctx_len][D], read back from the device.
     std::vector<float> K, V;
@@ -368,12 +300,12 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
     }
     // o_proj -> mlp_norm -> gate_up_proj -> act_mul -> down_proj.
     std::vector<float> o, gu, out;
-    ref_linear(w, w.o, attn, h, o, nullptr);
-    const std::vector<float> xn2 = ref_rmsnorm(w, o, w.mlp_norm);
-    ref_linear(w, w.gate_up, xn2, 2 * I, gu, nullptr);
-    const std::vector<float> act = ref_silu_mul(t, gu);
+    reference::layer_linear(w, w.o, attn, h, o, nullptr);
+    const std::vector<float> xn2 = reference::layer_rmsnorm(w, o, w.mlp_norm, kNormEps);
+    reference::layer_linear(w, w.gate_up, xn2, 2 * I, gu, nullptr);
+    const std::vector<float> act = reference::layer_silu_mul(t, gu);
     std::vector<double> out_abs;
-    ref_linear(w, w.down, act, h, out, &out_abs, false);
+    reference::layer_linear(w, w.down, act, h, out, &out_abs, false);
     const std::vector<float> got = download_as_float(byte_ptr(out_.get(), m * h, es), t, h, ctx_.stream);
     reference::check_close(got, std::vector<double>(out.begin(), out.end()), tol,
                            where.str() + ": layer output (elements are hidden indices)", &out_abs);
@@ -449,44 +381,12 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
   // The parameters of the KV-append and attention kernels.
   void set_kernel_params(std::size_t ws_floats) {
     const DType t = r_.dtype;
-    ap_.dtype = t;
-    ap_.k_new = k_new_.get();
-    ap_.v_new = v_new_.get();
-    ap_.k_cache = k_cache_.get();
-    ap_.v_cache = v_cache_.get();
-    ap_.B = B_;
-    ap_.S = S_;
-    ap_.Hkv = Hkv_;
-    ap_.D = D_;
-    ap_.capacity = cap_;
-    ap_.pos = pos_;
-
-    if (prefill_) {
-      // Prefill attention reads the step's own (roped) k and v: no cached prefix.
-      pp_.dtype = t;
-      pp_.q = q_.get();
-      pp_.k = k_new_.get();
-      pp_.v = v_new_.get();
-      pp_.out = attn_.get();
-      pp_.B = B_;
-      pp_.S = S_;
-      pp_.Hq = Hq_;
-      pp_.Hkv = Hkv_;
-      pp_.D = D_;
-    } else {
-      dp_.dtype = t;
-      dp_.q = q_.get();
-      dp_.out = attn_.get();
-      dp_.k = k_cache_.get();
-      dp_.v = v_cache_.get();
-      dp_.B = B_;
-      dp_.Hq = Hq_;
-      dp_.Hkv = Hkv_;
-      dp_.L = L_;
-      dp_.D = D_;
-      dp_.splits = splits_;
-      dp_.workspace = ws_floats ? ws_.as<float>() : nullptr;
-    }
+    ap_ = kv_append_params(t, k_new_.get(), v_new_.get(), k_cache_.get(), v_cache_.get(), B_, S_, Hkv_, D_, cap_, pos_);
+    if (prefill_)  // prefill attention reads the step's own (roped) k and v: no cached prefix
+      pp_ = prefill_attention_params(t, q_.get(), k_new_.get(), v_new_.get(), attn_.get(), B_, S_, Hq_, Hkv_, D_);
+    else
+      dp_ = decode_attention_params(t, q_.get(), attn_.get(), k_cache_.get(), v_cache_.get(), B_, Hq_, Hkv_, L_, D_,
+                                    splits_, ws_floats ? ws_.as<float>() : nullptr);
   }
 
   std::string shape() const {

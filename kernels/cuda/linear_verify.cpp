@@ -9,7 +9,8 @@
 #include <set>
 #include <vector>
 
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/linear.hpp"
 #include "cuda/cuda_common.hpp"
 #include "phasebench/error.hpp"
 

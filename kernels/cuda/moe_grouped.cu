@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "reference/moe.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"

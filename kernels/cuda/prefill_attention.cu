@@ -11,7 +11,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/prefill_attention.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
@@ -376,6 +377,11 @@ __global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_kernel(float* 
 }
 
 }  // namespace
+
+PrefillAttentionParams prefill_attention_params(DType t, const void* q, const void* k, const void* v, void* out, int B,
+                                                int S, int Hq, int Hkv, int D) {
+  return {t, q, k, v, out, B, S, Hq, Hkv, D};
+}
 
 std::optional<std::string> prefill_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool blas) {
   if (dtype != DType::bf16 && dtype != DType::fp16)

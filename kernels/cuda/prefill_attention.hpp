@@ -31,6 +31,11 @@ struct PrefillAttentionParams {
   int B = 0, S = 0, Hq = 0, Hkv = 0, D = 0;
 };
 
+// The params of causal attention over [B, S, Hq, D] queries and [B, S, Hkv, D]
+// keys and values (the whole layer's prefill step).
+PrefillAttentionParams prefill_attention_params(DType t, const void* q, const void* k, const void* v, void* out, int B,
+                                                int S, int Hq, int Hkv, int D);
+
 // What is wrong and what is supported, or nothing when the flash kernel / blas path takes the shape.
 std::optional<std::string> prefill_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool blas);
 

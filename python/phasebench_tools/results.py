@@ -22,16 +22,20 @@ stddev_s, cv, samples, min_s, max_s, runs_per_sample. From schema 3 on they also
     relative spread it measured) and `stop_reason` (why sampling stopped): carried through
     as recorded, shown by compare's JSON.
 
-The repetition rule (the same as the run's own summary, bench/summary.cpp):
+The repetition rule (the same as the run's own summary, bench/crossings.cpp standing_points;
+tests/conformance holds the cases both readers must pass):
 
-  * a point is identified by its Google Benchmark `run_name` (else `name`);
+  * a point is identified by its Google Benchmark `run_name` (else `name`; an entry with
+    neither as a non-empty string is a point of its own);
   * a file may hold several entries of one point (`--benchmark_repetitions`, interleaved or
     not). phasebench writes the point's pooled statistics (all samples of all repetitions)
-    into every repetition's "phasebench" object, so the LAST entry of the point that has a
-    "phasebench" object stands for the point; nothing is merged or recomputed;
+    into every repetition's "phasebench" object, so the LAST iteration entry of the point that
+    has a "phasebench" object stands for the point; nothing is merged or recomputed; entries
+    without one never stand;
   * Google Benchmark's aggregate entries (run_type "aggregate": mean, median, stddev, cv) are
-    ignored, except when a file holds only aggregates for a point
-    (`--benchmark_report_aggregates_only`): then its "median" aggregate stands for it.
+    ignored, except for a point none of whose iteration entries has a "phasebench" object
+    (`--benchmark_report_aggregates_only`): then its "median" aggregate stands for it;
+  * only status "ok" is a measured point (Point.ok); a block without a status is "unknown".
 
 Numbers the file holds are read, never recomputed: time statistics, TFLOP/s and GB/s, the
 intensity, the fraction of roofline (`fraction_of_roofline` against the ceilings in use,
@@ -155,7 +159,8 @@ class Point:
     # Accessors; None when not available (skipped/error point, no ceilings, ...).
     @property
     def status(self) -> str:
-        return str(self.pb.get("status", "ok"))
+        """ok, skipped, error or not run as recorded; "unknown" where none is (phasebench always writes one)."""
+        return str(self.pb.get("status") or "unknown")
 
     @property
     def time(self) -> dict | None:
@@ -466,11 +471,22 @@ def _check_json_text(path: str, text: str) -> Any:
         raise ResultsError(path, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
 
 
+def _point_id(b: dict, i: int) -> Any:
+    """A point's identity: its run_name, else its name (non-empty strings), else the entry alone."""
+    for k in ("run_name", "name"):
+        v = b.get(k)
+        if isinstance(v, str) and v:
+            return v
+    return ("unnamed entry", i)  # never equal to a name
+
+
 def _standing_entries(benches: list) -> list:
     """[(entry that stands for the point or None, the point's entries that count)] per point, in file order.
 
-    The repetition rule of the module docstring: iteration entries of a point when it has
-    any, else its "median" aggregate; the last of them with a "phasebench" object stands.
+    The repetition rule of the module docstring, the same as bench/crossings.cpp's standing_points
+    (tests/conformance holds the cases both must pass): every run_type but "aggregate" is an
+    iteration; the last iteration entry with a "phasebench" object stands, else (none has one)
+    the last "median" aggregate with one. Entries without a "phasebench" object never stand.
     """
     order: list = []
     iterations: dict = {}
@@ -478,22 +494,27 @@ def _standing_entries(benches: list) -> list:
     for i, b in enumerate(benches):
         if not isinstance(b, dict):
             continue
-        pid = b.get("run_name") or b.get("name") or f"#{i}"  # unnamed entries are points of their own
+        pid = _point_id(b, i)
         if pid not in iterations:
             order.append(pid)
-            iterations[pid] = []
-        if b.get("run_type", "iteration") == "iteration":
+            iterations[pid], medians[pid] = [], []
+        if b.get("run_type") != "aggregate":
             iterations[pid].append(b)
         elif b.get("aggregate_name") == "median":
-            medians[pid] = b
+            medians[pid].append(b)
     out = []
     for pid in order:
-        counted = iterations[pid] or ([medians[pid]] if pid in medians else [])
-        if not counted:
-            continue  # aggregates other than the median only (mean, stddev, cv): nothing to read
-        standing = next((b for b in reversed(counted) if isinstance(b.get("phasebench"), dict)), None)
-        out.append((standing, counted))
+        counted = next((e for e in (iterations[pid], medians[pid]) if _last_with_block(e)), None)
+        if counted:
+            out.append((_last_with_block(counted), counted))
+        elif iterations[pid] or medians[pid]:
+            out.append((None, iterations[pid] or medians[pid]))
+        # else: aggregates other than the median only (mean, stddev, cv): nothing to read
     return out
+
+
+def _last_with_block(entries: list) -> dict | None:
+    return next((b for b in reversed(entries) if isinstance(b.get("phasebench"), dict)), None)
 
 
 def _versions_text() -> str:
@@ -518,7 +539,7 @@ def parse_results(doc: Any, path: str = "<results>") -> Results:
                                  "it has no device, ceilings, FLOPs or bytes to compare; write results with "
                                  "`phasebench run --out FILE`, not a plain --benchmark_out")
     version = pb.get("schema_version")
-    if isinstance(version, bool) or version not in SUPPORTED_SCHEMA_VERSIONS:
+    if type(version) is not int or version not in SUPPORTED_SCHEMA_VERSIONS:  # not True, not 3.0
         if version is None:
             raise ResultsError(path, f"no schema_version in context.phasebench (this script reads {_versions_text()})")
         raise ResultsError(path, f"unknown schema version {version!r} (this script reads {_versions_text()}); "
@@ -536,7 +557,8 @@ def parse_results(doc: Any, path: str = "<results>") -> Results:
             continue
         e = standing["phasebench"]
         key = make_key(e)
-        name = str(standing.get("run_name") or standing.get("name") or key.label())
+        pid = _point_id(standing, -1)
+        name = pid if isinstance(pid, str) else key.label()
         if name.endswith("/manual_time"):
             name = name[: -len("/manual_time")]
         points.append(Point(key=key, name=name, pb=e, entries=counted))

@@ -12,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/prefill_attention.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/elementwise.hpp"
 #include "gpu_test_util.hpp"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"

@@ -5,7 +5,9 @@
 
 #include "backend.hpp"
 #include "common/numeric.hpp"
-#include "cpu/reference.hpp"
+#include "reference/common.hpp"
+#include "reference/decode_attention.hpp"
+#include "reference/prefill_attention.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/attention.hpp"

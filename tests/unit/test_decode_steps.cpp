@@ -15,7 +15,7 @@
 
 #include "backend.hpp"
 #include "cli_test_util.hpp"
-#include "cpu/cpu_kernels.hpp"
+#include "cpu/decode_attention.hpp"
 #include "phasebench/context_dist.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
@@ -255,10 +255,10 @@ TEST(DecodeSteps, SweepGroupPointsAndNames) {
   EXPECT_TRUE(saw);
   // Bad input: a distribution that does not parse, too many new tokens.
   SweepConfig bad;
-  bad.axes.texts["context_dist"] = {"normal"};
+  bad.axes["decode_attention_multi"].texts["context_dist"] = {"normal"};
   EXPECT_THROW(apply_defaults(bad, *b), InputError);
   SweepConfig many;
-  many.axes.sizes["new_tokens"] = {17};
+  many.axes["decode_attention_multi"].sizes["new_tokens"] = {17};
   EXPECT_THROW(apply_defaults(many, *b), InputError);
 }
 

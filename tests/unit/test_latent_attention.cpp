@@ -13,7 +13,7 @@
 
 #include "backend.hpp"
 #include "cli_test_util.hpp"
-#include "cpu/reference.hpp"
+#include "reference/decode_latent_attention.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
 #include "phasebench/ops/latent_attention.hpp"
@@ -153,10 +153,11 @@ TEST(LatentAttention, SweepPointsAndNames) {
   // Given models and sizes: V3's 128 heads.
   SweepConfig v3;
   v3.groups = {"latent_attention"};
-  v3.mla_models = {"deepseek-v3"};
-  v3.axes.sizes["mla_batches"] = {3};
-  v3.axes.sizes["mla_contexts"] = {100, 200};
-  v3.axes.sizes["mla_page_size"] = {16};
+  v3.models = {"deepseek-v3"};
+  v3.models_given = true;
+  v3.axes["latent_attention"].sizes["batch"] = {3};
+  v3.axes["latent_attention"].sizes["context"] = {100, 200};
+  v3.axes["latent_attention"].sizes["page_size"] = {16};
   apply_defaults(v3, *b);
   const auto p3 = build_sweep(v3, *b);
   ASSERT_EQ(p3.size(), 4u);
@@ -188,7 +189,7 @@ TEST(LatentAttention, SweepPointsAndNames) {
 TEST(LatentAttention, BadInputIsAnInputError) {
   auto b = make_cpu_backend();
   SweepConfig page0;
-  page0.axes.sizes["mla_page_size"] = {0};
+  page0.axes["latent_attention"].sizes["page_size"] = {0};
   EXPECT_THROW(apply_defaults(page0, *b), InputError);
   EXPECT_THROW(latent_attention_request({1, 16, 10, 512, 64}, DType::bf16, false, 0), InputError);
   // From the command line: one line, exit status 2, nothing run.

@@ -123,9 +123,8 @@ void run_points(BenchContext& ctx, const std::vector<Point>& pts) { test::run_po
 SweepConfig small_config() {
   SweepConfig c;
   c.dtypes = {DType::bf16};
-  c.axes.sizes = {{"batches", {1}},          {"prompts", {512}},        {"decode_batches", {8}},
-                  {"attention_batches", {8}}, {"contexts", {4096}},      {"append_batches", {8}},
-                  {"append_context", {4096}}, {"prefill_attention_prompts", {512}}, {"page_size", {16}}};
+  c.axes["layer"].sizes = {{"prefill_batch", {1}}, {"prompt", {512}}, {"decode_batch", {8}}, {"context", {4096}}};
+  c.axes["decode_linear"].sizes = {{"batch", {8}}};
   return c;
 }
 

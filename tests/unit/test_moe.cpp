@@ -15,8 +15,9 @@
 
 #include "backend.hpp"
 #include "cli_test_util.hpp"
-#include "crossings.hpp"
-#include "cpu/reference.hpp"
+#include "standing.hpp"
+#include "reference/common.hpp"
+#include "reference/moe.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
 #include "phasebench/ops/moe.hpp"
@@ -226,7 +227,7 @@ TEST(Moe, SweepPointsNamesAndShapeJson) {
   auto b = make_cpu_backend();
   SweepConfig c;
   c.groups = {"moe"};
-  c.axes.texts["routing"] = {"uniform", "hot:0.5"};
+  c.axes["moe"].texts["routing"] = {"uniform", "hot:0.5"};
   apply_defaults(c, *b);
   const auto pts = build_sweep(c, *b);
   // CPU defaults: Qwen3-30B-A3B, decode batches 1, 8, 64 and a prefill of 64 tokens, per routing.
@@ -252,7 +253,7 @@ TEST(Moe, SweepPointsNamesAndShapeJson) {
   EXPECT_TRUE(saw);
   // Bad input: a routing that does not parse, a dense model.
   SweepConfig bad;
-  bad.axes.texts["routing"] = {"zipf:x"};
+  bad.axes["moe"].texts["routing"] = {"zipf:x"};
   EXPECT_THROW(apply_defaults(bad, *b), InputError);
   // --model given: the moe group runs for the MoE models among them, none for a dense one.
   SweepConfig dense;
@@ -361,7 +362,7 @@ TEST(Moe, SummaryShowsTheMeasuredAndPredictedDecodeCrossing) {
            {"roofline", roof}, {"roofline_by_source", {{"datasheet", roof}}}}}});
   };
   for (std::uint64_t B : {1u, 16u, 256u, 4096u, 65536u}) add(B);
-  const auto rec = decode_moe_crossings(doc);
+  const auto rec = decode_moe_crossings(standing_points(doc), run_context(doc));
   ASSERT_EQ(rec.size(), 1u);
   const MoeShape s{0, q.experts_per_token, q.experts, q.hidden, q.expert_intermediate};
   // P_eff is P (the largest batch is compute-bound), W_eff is W.
@@ -380,5 +381,5 @@ TEST(Moe, SummaryShowsTheMeasuredAndPredictedDecodeCrossing) {
       << text;
   // Still streaming at the largest batch: beyond the sweep.
   doc["benchmarks"].erase(doc["benchmarks"].end() - 1);
-  EXPECT_EQ(decode_moe_crossings(doc)[0].at("measured").at("text"), "> 4096");
+  EXPECT_EQ(decode_moe_crossings(standing_points(doc), run_context(doc))[0].at("measured").at("text"), "> 4096");
 }

@@ -6,7 +6,8 @@
 #include <fstream>
 
 #include "backend.hpp"
-#include "crossings.hpp"
+#include "phasebench/ops/linear.hpp"
+#include "standing.hpp"
 #include "phasebench/error.hpp"
 #include "results.hpp"
 #include "summary.hpp"
@@ -34,7 +35,7 @@ TEST(Sweep, SizeLists) {
 TEST(Sweep, NamesReadAsPathsAndCarryStructuredParameters) {
   auto b = make_cpu_backend();
   SweepConfig c;
-  c.axes.sizes["decode_batches"] = {1, 32};
+  c.axes["decode_linear"].sizes["batch"] = {1, 32};
   c.groups = {"decode_linear", "decode_attention"};
   apply_defaults(c, *b);
   const auto pts = build_sweep(c, *b);
@@ -70,7 +71,7 @@ TEST(Sweep, BadConfig) {
   EXPECT_THROW(build_sweep(c, *b), InputError);
   c.groups.clear();
   SweepConfig odd_page;
-  odd_page.axes.sizes["page_size"] = {10};  // not a power of two
+  odd_page.axes["kv_append"].sizes["page_size"] = {10};  // not a multiple of 16
   EXPECT_THROW(apply_defaults(odd_page, *b), InputError);
   c.models = {"no-such-model"};
   EXPECT_THROW(build_sweep(c, *b), InputError);
@@ -148,7 +149,7 @@ TEST(Summary, BestMedianAndCrossing) {
   // predicted with the ridge 10: M = 21.
   EXPECT_NE(s.find("20         21"), std::string::npos) << s;
   // The same numbers as the run records them (schema 2).
-  const auto rec = decode_linear_crossings(doc);
+  const auto rec = decode_linear_crossings(standing_points(doc), run_context(doc));
   ASSERT_EQ(rec.size(), 1u);
   EXPECT_EQ(rec[0].at("layer"), "m.down_proj");
   EXPECT_EQ(rec[0].at("batches"), nlohmann::json({1, 16, 64}));
@@ -165,7 +166,7 @@ TEST(Summary, BestMedianAndCrossing) {
   // While the largest batch is still at the bandwidth plateau the crossing is beyond the sweep.
   doc["benchmarks"].erase(doc["benchmarks"].end() - 1);
   EXPECT_NE(summarize(doc).find("> 16"), std::string::npos) << summarize(doc);
-  EXPECT_TRUE(decode_linear_crossings(doc)[0].at("measured").at("batch").is_null());
+  EXPECT_TRUE(decode_linear_crossings(standing_points(doc), run_context(doc))[0].at("measured").at("batch").is_null());
 }
 
 TEST(Summary, StandingEntryOfEachPoint) {

@@ -21,6 +21,7 @@
 
 #include "phasebench/dtype.hpp"
 #include "phasebench/model.hpp"
+#include "phasebench/report.hpp"
 #include "phasebench/shape.hpp"
 #include "phasebench/workload.hpp"
 
@@ -62,31 +63,35 @@ struct OpDecl {
 
 // ---- sweeps ---------------------------------------------------------------------------
 
-// A sweep axis: a command-line flag (and environment variable) with a default per
-// backend. `sizes` take lists and ranges (1,2,4 or 1..256), `size` one value.
+// A sweep axis of one group: `--axis <group>.<name>=VALUES` sets it, with a
+// default per backend. Size axes take lists and ranges (1,2,4; 1..256 doubling;
+// 512:32768:x4 geometric; 16:64:+16 arithmetic), `single` ones one value; text
+// axes (names, not sizes: routing, context_dist) comma-separated words.
 struct AxisDecl {
-  std::string key;  // "contexts"
-  std::string flag;  // "--contexts"
-  std::string env;   // "PHASEBENCH_CONTEXTS"
+  std::string name;  // "context": unique within its group
   std::string help;
   bool single = false;  // one value, not a list
-  std::vector<std::uint64_t> gpu_default, cpu_default;
-  // Throws InputError for values the operations cannot take (e.g. a page size).
-  std::function<void(const std::vector<std::uint64_t>&)> check;
-  // A text axis (names, not sizes: --moe-models, --routing): comma-separated
-  // words with these defaults and this check; `sizes` and `check` unused.
+  std::vector<std::uint64_t> gpu_default = {}, cpu_default = {};
+  // Throws InputError for values the operations cannot take (e.g. a page size);
+  // `what` names the axis as the user set it (--axis g.name, or the old flag).
+  std::function<void(const std::vector<std::uint64_t>&, const std::string& what)> check = {};
+  // A text axis: comma-separated words with these defaults and this check; the size fields unused.
   bool text = false;
   std::vector<std::string> gpu_text = {}, cpu_text = {};
-  std::function<void(const std::vector<std::string>&)> check_text = {};
+  std::function<void(const std::vector<std::string>&, const std::string& what)> check_text = {};
+  // The flag that set this axis before --axis ("--contexts"; its environment
+  // variable PHASEBENCH_CONTEXTS): an alias, kept for one release, that sets the
+  // axis in every group declaring the same alias. Empty: none.
+  std::string alias = "";
 };
 
+// One group's axis values, by the axes' names.
 struct AxisValues {
-  std::map<std::string, std::vector<std::uint64_t>> sizes;  // key -> values (one for single axes)
-  std::vector<LinearShape> shapes;                          // --shape M,N,K (the free group)
-  std::map<std::string, std::vector<std::string>> texts;    // text axes: key -> words
-  const std::vector<std::uint64_t>& operator[](const std::string& key) const;  // logic_error when absent
-  std::uint64_t one(const std::string& key) const;
-  const std::vector<std::string>& text(const std::string& key) const;  // logic_error when absent
+  std::map<std::string, std::vector<std::uint64_t>> sizes;  // name -> values (one for single axes)
+  std::map<std::string, std::vector<std::string>> texts;    // text axes: name -> words
+  const std::vector<std::uint64_t>& operator[](const std::string& name) const;  // logic_error when absent
+  std::uint64_t one(const std::string& name) const;
+  const std::vector<std::string>& text(const std::string& name) const;  // logic_error when absent
 };
 
 // A point of a sweep: the request, its name and structured args, and its cost
@@ -127,7 +132,8 @@ struct SweepScope {
   // Every dtype of the run (--dtype), for groups whose type is their own (the
   // int4 GEMV: bf16 activations whatever --dtype): they run once, at one of them.
   std::vector<DType> dtypes;
-  const AxisValues* axes = nullptr;
+  const AxisValues* axes = nullptr;                  // this group's axes
+  const std::vector<LinearShape>* shapes = nullptr;  // --shape M,N,K, for groups `from_shapes`
   // The implementations the backend runs for this request (impl ignored), in
   // the order own, blas. `beside_own`: also the vendor row when our own applies.
   std::function<std::vector<Impl>(const OpRequest& r, bool beside_own)> impls;
@@ -135,14 +141,20 @@ struct SweepScope {
 };
 
 struct SweepGroup {
-  std::string name;  // the --ops name
+  std::string name;  // the --ops name, and the group of its --axis names
   std::string help;  // one line for --ops
   int order = 0;     // groups run in ascending order, for each model and dtype
-  // Which model list it runs for: the linear models, the attention models, the
-  // mixture-of-experts models (SweepConfig::moe_models), the multi-head latent
-  // attention models (SweepConfig::mla_models), or none.
-  enum class Models { linear, attention, moe, mla, none } models = Models::linear;
-  std::function<std::vector<Point>(const SweepScope&)> points;
+  // The models it runs for: those of the run's --model list it takes; with no
+  // --model given, its default list for the backend instead (empty: the --model
+  // list, llama-3.1-8b unless given), again those it takes.
+  std::function<bool(const ModelConfig&)> takes = {};  // empty: every model
+  std::string takes_what = "";                        // e.g. "mixture-of-experts models", for --list-axes
+  std::vector<std::string> gpu_models = {}, cpu_models = {};
+  bool per_model = true;     // false: once per dtype with no model (SweepScope::model is nullptr)
+  bool from_shapes = false;  // made from --shape; --shape without --ops runs only such groups
+  std::vector<AxisDecl> axes = {};
+  std::function<std::vector<Point>(const SweepScope&)> points = {};
+  const AxisDecl* axis(std::string_view name) const;  // nullptr when it has none of that name
 };
 
 // ---- the registry -----------------------------------------------------------------------
@@ -152,18 +164,27 @@ class OpRegistry {
   // Every declaration in harness/src/ops/, registered on first use.
   static const OpRegistry& get();
   void declare(OpDecl d);
-  void axis(AxisDecl a);
   void group(SweepGroup g);
+  // Reporting (phasebench/report.hpp): at most one point report per kind.
+  void point_report(PointReport r);
+  void record(RunRecord r);
+  void section(SummarySection s);
   // The operation `kind`; std::logic_error when nothing declares it.
   const OpDecl& op(std::string_view kind) const;
   const std::vector<OpDecl>& ops() const { return ops_; }
-  const std::vector<AxisDecl>& axes() const { return axes_; }
   const std::vector<SweepGroup>& groups() const { return groups_; }
+  // The point report of `kind`, or nullptr.
+  const PointReport* point_report(std::string_view kind) const;
+  const std::vector<RunRecord>& records() const { return records_; }
+  const std::vector<SummarySection>& sections() const { return sections_; }  // in order
+  const SweepGroup* find_group(std::string_view name) const;  // nullptr when none is declared
 
  private:
   std::vector<OpDecl> ops_;
-  std::vector<AxisDecl> axes_;
   std::vector<SweepGroup> groups_;
+  std::vector<PointReport> point_reports_;
+  std::vector<RunRecord> records_;
+  std::vector<SummarySection> sections_;
 };
 
 // Defines the registration function of harness/src/ops/<name>.cpp.

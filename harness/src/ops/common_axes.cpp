@@ -1,30 +1,51 @@
-// The sweep axes several operations share (the prefill batch and prompt, the
-// decode attention batch and context, the page size); each op's own axes are
-// declared in its own file. Defaults: a few minutes per backend (docs/design.md).
-#include <string>
+// The sweep axes several groups declare alike (phasebench/ops/shared_axes.hpp):
+// the prefill batch and prompt, the decode attention batch and context, the page
+// size. Defaults: a few minutes per backend (docs/design.md).
+#include "phasebench/ops/shared_axes.hpp"
 
 #include "phasebench/error.hpp"
-#include "phasebench/op.hpp"
 
-PHASEBENCH_DECLARE_OPS(common_axes) {
-  using phasebench::AxisDecl;
-  registry.axis(AxisDecl{"batches", "--batches", "PHASEBENCH_BATCHES",
-                         "prefill batch sizes (linear layers, prefill attention, whole layers), e.g. 1,4 or 1..16",
-                         false, {1, 4}, {1}, {}});
-  registry.axis(AxisDecl{"prompts", "--prompts", "PHASEBENCH_PROMPTS",
-                         "prefill prompt lengths for the linear layers and whole layers", false,
-                         {128, 512, 2048, 8192}, {32, 128}, {}});
-  registry.axis(AxisDecl{"attention_batches", "--attention-batches", "PHASEBENCH_ATTENTION_BATCHES",
-                         "decode attention (and decode whole-layer) batch sizes", false, {1, 8, 32, 128, 256}, {1, 8, 32},
-                         {}});
-  registry.axis(AxisDecl{"contexts", "--contexts", "PHASEBENCH_CONTEXTS",
-                         "decode attention (and decode whole-layer) context lengths", false, {512, 2048, 8192, 32768},
-                         {1024, 4096}, {}});
-  registry.axis(AxisDecl{"page_size", "--page-size", "PHASEBENCH_PAGE_SIZE", "paged KV page size in tokens (multiple of 16)",
-                         true, {16}, {16}, [](const std::vector<std::uint64_t>& v) {
-                           for (auto p : v)
-                             if (p == 0 || p % 16 != 0)
-                               throw phasebench::InputError("--page-size must be a positive multiple of 16, got " +
-                                                            std::to_string(p));
-                         }});
+namespace phasebench {
+
+namespace {
+
+AxisDecl sizes(std::string name, std::string help, std::vector<std::uint64_t> gpu, std::vector<std::uint64_t> cpu,
+               std::string alias) {
+  AxisDecl a;
+  a.name = std::move(name);
+  a.help = std::move(help);
+  a.gpu_default = std::move(gpu);
+  a.cpu_default = std::move(cpu);
+  a.alias = std::move(alias);
+  return a;
 }
+
+}  // namespace
+
+AxisDecl prefill_batch_axis(std::string name, std::string help) {
+  return sizes(std::move(name), std::move(help), {1, 4}, {1}, "--batches");
+}
+
+AxisDecl prompt_axis(std::string name, std::string help) {
+  return sizes(std::move(name), std::move(help), {128, 512, 2048, 8192}, {32, 128}, "--prompts");
+}
+
+AxisDecl attention_batch_axis(std::string name, std::string help) {
+  return sizes(std::move(name), std::move(help), {1, 8, 32, 128, 256}, {1, 8, 32}, "--attention-batches");
+}
+
+AxisDecl context_axis(std::string name, std::string help) {
+  return sizes(std::move(name), std::move(help), {512, 2048, 8192, 32768}, {1024, 4096}, "--contexts");
+}
+
+AxisDecl page_size_axis() {
+  auto a = sizes("page_size", "paged KV page size in tokens (a multiple of 16)", {16}, {16}, "--page-size");
+  a.single = true;
+  a.check = [](const std::vector<std::uint64_t>& v, const std::string& what) {
+    for (auto p : v)
+      if (p == 0 || p % 16 != 0) throw InputError(what + " must be a positive multiple of 16, got " + std::to_string(p));
+  };
+  return a;
+}
+
+}  // namespace phasebench

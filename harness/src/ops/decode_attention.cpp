@@ -2,8 +2,9 @@
 // 4*B*Hq*L*D FLOPs; c*2*B*Hkv*L*D KV bytes (+ 8*Hkv of scales for an fp8
 // cache), a*B*Hq*D query and output bytes),
 // over a contiguous cache [B, Hkv, L, D] or a paged one (pages [P, Hkv, page, D]
-// plus an int32 block table per sequence). One sweep group: batch x context,
-// contiguous and paged, for the attention models.
+// plus an int32 block table per sequence). Two sweep groups: batch x context,
+// contiguous and paged, for the grouped-query attention models; and multi-token
+// and ragged decode steps.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/shared_axes.hpp"
 
 namespace phasebench {
 
@@ -30,6 +32,10 @@ OpRequest decode_attention_request(const AttentionShape& s, DType dtype, bool pa
 }
 
 DType decode_attention_kv_dtype(const OpRequest& r) { return r.params.get("kv_fp8", 0) ? DType::fp8 : r.dtype; }
+
+bool grouped_query_attention(const ModelConfig& m) { return !m.uses_mla(); }
+
+std::vector<std::string> attention_gpu_models() { return {"llama-3.1-8b", "llama-3.1-70b"}; }
 
 void set_decode_steps(OpRequest& r, std::uint64_t S, const ContextDist& dist) {
   if (S == 0) throw InputError("--new-tokens: a decode step has at least 1 new token per sequence");
@@ -131,11 +137,16 @@ PHASEBENCH_DECLARE_OPS(decode_attention) {
   // Each shape with the cache in the run's dtype, then in fp8 e4m3 (kv_bits:8 in
   // the name), where the backend takes it: the bytes halve, the roofline shows it.
   registry.group(SweepGroup{
-      "decode_attention",
-      "decode attention over --attention-batches x --contexts, contiguous and paged (--page-size), with the cache in the "
-      "run's dtype and in fp8",
-      30,
-      SweepGroup::Models::attention, [](const SweepScope& sc) {
+      .name = "decode_attention",
+      .help = "decode attention over batch x context, contiguous and paged, with the cache in the run's dtype and in "
+              "fp8",
+      .order = 30,
+      .takes = grouped_query_attention,
+      .takes_what = kGroupedQueryAttentionModels,
+      .gpu_models = attention_gpu_models(),
+      .axes = {attention_batch_axis("batch", "batch sizes"), context_axis("context", "context lengths"),
+               page_size_axis()},
+      .points = [](const SweepScope& sc) {
         const ModelConfig& m = *sc.model;
         const auto P = sc.axes->one("page_size");
         std::vector<Point> pts;
@@ -144,8 +155,8 @@ PHASEBENCH_DECLARE_OPS(decode_attention) {
                   .empty())
             continue;  // the backend has no such kernel for this dtype
           for (const bool fp8 : {false, true})
-            for (auto B : (*sc.axes)["attention_batches"])
-              for (auto L : (*sc.axes)["contexts"]) {
+            for (auto B : (*sc.axes)["batch"])
+              for (auto L : (*sc.axes)["context"]) {
                 auto r = decode_attention_request({B, m.heads, m.kv_heads, L, m.head_dim}, sc.dtype, paged, P, 0, 0x5eed, fp8);
                 if (fp8 && sc.impls(r, false).empty()) continue;  // no fp8-cache kernel for this dtype here
                 std::vector<PointArg> args{{"batch", B, "batch"}, {"context", L, "context"}};
@@ -161,34 +172,48 @@ PHASEBENCH_DECLARE_OPS(decode_attention) {
   // Multi-token decode steps (speculative verification of S drafted tokens,
   // causal within them) and ragged batches (contexts drawn around L), each with
   // its baseline of one token over fixed contexts, contiguous and paged.
-  registry.axis(AxisDecl{"new_tokens", "--new-tokens", "PHASEBENCH_NEW_TOKENS",
-                         "new tokens per sequence in a multi-token decode step (speculative verification), 1..16", false,
-                         {2, 4, 8}, {4}, [](const std::vector<std::uint64_t>& v) {
-                           for (auto x : v)
-                             if (x == 0 || x > 16)
-                               throw InputError("--new-tokens must be between 1 and 16, got " + std::to_string(x));
-                         }});
-  AxisDecl dist_axis{"context_dist", "--context-dist", "PHASEBENCH_CONTEXT_DIST",
-                     "how contexts spread within a decode batch: fixed, uniform:F or lognormal:SIG (mean the context)",
-                     false, {}, {}, {}};
-  dist_axis.text = true;
-  dist_axis.gpu_text = {"lognormal:1"};
-  dist_axis.cpu_text = {"lognormal:1"};
-  dist_axis.check_text = [](const std::vector<std::string>& v) {
-    for (const auto& t : v) parse_context_dist(t);
-  };
-  registry.axis(dist_axis);
-  registry.axis(AxisDecl{"multi_batches", "--multi-batches", "PHASEBENCH_MULTI_BATCHES",
-                         "batch sizes of the multi-token and ragged decode attention points", false, {1, 32}, {8}, {}});
-  registry.axis(AxisDecl{"multi_contexts", "--multi-contexts", "PHASEBENCH_MULTI_CONTEXTS",
-                         "(mean) contexts of the multi-token and ragged decode attention points", false, {4096}, {1024},
-                         {}});
   registry.group(SweepGroup{
-      "decode_attention_multi",
-      "decode attention with --new-tokens per sequence (causal within them) and over ragged contexts "
-      "(--context-dist), beside one token over fixed contexts, at --multi-batches x --multi-contexts",
-      31,
-      SweepGroup::Models::attention, [](const SweepScope& sc) {
+      .name = "decode_attention_multi",
+      .help = "decode attention with new_tokens per sequence (causal within them) and over ragged contexts "
+              "(context_dist), beside one token over fixed contexts, at batch x context",
+      .order = 31,
+      .takes = grouped_query_attention,
+      .takes_what = kGroupedQueryAttentionModels,
+      .gpu_models = attention_gpu_models(),
+      .axes = {AxisDecl{.name = "batch",
+                        .help = "batch sizes",
+                        .gpu_default = {1, 32},
+                        .cpu_default = {8},
+                        .alias = "--multi-batches"},
+               AxisDecl{.name = "context",
+                        .help = "(mean) context lengths",
+                        .gpu_default = {4096},
+                        .cpu_default = {1024},
+                        .alias = "--multi-contexts"},
+               AxisDecl{.name = "new_tokens",
+                        .help = "new tokens per sequence in a multi-token step (speculative verification), 1..16",
+                        .gpu_default = {2, 4, 8},
+                        .cpu_default = {4},
+                        .check =
+                            [](const std::vector<std::uint64_t>& v, const std::string& what) {
+                              for (auto x : v)
+                                if (x == 0 || x > 16)
+                                  throw InputError(what + " must be between 1 and 16, got " + std::to_string(x));
+                            },
+                        .alias = "--new-tokens"},
+               AxisDecl{.name = "context_dist",
+                        .help = "how contexts spread within a batch: fixed, uniform:F or lognormal:SIG (mean the "
+                                "context)",
+                        .text = true,
+                        .gpu_text = {"lognormal:1"},
+                        .cpu_text = {"lognormal:1"},
+                        .check_text =
+                            [](const std::vector<std::string>& v, const std::string&) {
+                              for (const auto& t : v) parse_context_dist(t);
+                            },
+                        .alias = "--context-dist"},
+               page_size_axis()},
+      .points = [](const SweepScope& sc) {
         const ModelConfig& m = *sc.model;
         const auto P = sc.axes->one("page_size");
         std::vector<std::uint64_t> steps{1};
@@ -204,14 +229,15 @@ PHASEBENCH_DECLARE_OPS(decode_attention) {
           if (sc.impls(decode_attention_request({1, m.heads, m.kv_heads, 1, m.head_dim}, sc.dtype, paged, P), false)
                   .empty())
             continue;
-          for (auto B : (*sc.axes)["multi_batches"])
-            for (auto L : (*sc.axes)["multi_contexts"])
+          for (auto B : (*sc.axes)["batch"])
+            for (auto L : (*sc.axes)["context"])
               for (auto S : steps)
                 for (const auto& d : dists) {
                   if (S > L)
                     throw InputError("--new-tokens " + std::to_string(S) + " does not fit a context of " +
-                                     std::to_string(L) + " tokens (--multi-contexts): the context includes the step's "
-                                     "new tokens, so use contexts of at least " + std::to_string(S));
+                                     std::to_string(L) + " tokens (axes decode_attention_multi.new_tokens and .context, "
+                                     "the old --new-tokens and --multi-contexts): the context includes the step's new "
+                                     "tokens, so use contexts of at least " + std::to_string(S));
                   auto r = decode_attention_request({B, m.heads, m.kv_heads, L, m.head_dim}, sc.dtype, paged, P);
                   set_decode_steps(r, S, d);
                   std::vector<PointArg> args{{"batch", B, "batch"}, {"context", L, "context"}};

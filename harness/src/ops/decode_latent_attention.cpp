@@ -3,10 +3,9 @@
 // a*B*H*R output bytes; paged: + 4 bytes per page per sequence), over a
 // contiguous latent cache [B, L, R+P] or a paged one (pages [pages, page, R+P]
 // plus an int32 block table per sequence). One sweep group, latent_attention:
-// for each MLA model (SweepConfig::mla_models: the MLA models of --model, else
-// DeepSeek-V2-Lite and V3 on a GPU, V2-Lite on a CPU; H from the config: 16 and
-// 128), --mla-batches x --mla-contexts, contiguous and paged (--mla-page-size,
-// 64 as FlashMLA).
+// for each MLA model (the MLA models of --model, else DeepSeek-V2-Lite and V3
+// on a GPU, V2-Lite on a CPU; H from the config: 16 and 128), batch x context,
+// contiguous and paged (page size 64, as FlashMLA).
 #include <cmath>
 
 #include "phasebench/checked.hpp"
@@ -70,25 +69,39 @@ PHASEBENCH_DECLARE_OPS(decode_latent_attention) {
                           paged_cost, paged_footprint, {}});
   // GPU: small-batch short-context points (split-KV) up to >= 256 MiB of latent
   // cache (bf16: B*L*1152 bytes; 64 x 8192 is 604 MB). CPU: four small points.
-  registry.axis(AxisDecl{"mla_batches", "--mla-batches", "PHASEBENCH_MLA_BATCHES",
-                         "batch sizes of the latent_attention group", false, {1, 8, 64, 256}, {1, 4}, {}});
-  registry.axis(AxisDecl{"mla_contexts", "--mla-contexts", "PHASEBENCH_MLA_CONTEXTS",
-                         "context lengths (tokens in the latent cache) of the latent_attention group", false,
-                         {1024, 8192}, {2048}, {}});
-  registry.axis(AxisDecl{"mla_page_size", "--mla-page-size", "PHASEBENCH_MLA_PAGE_SIZE",
-                         "tokens per page of the paged latent cache (FlashMLA uses 64)", true, {64}, {64},
-                         [](const std::vector<std::uint64_t>& v) {
-                           for (auto p : v)
-                             if (p == 0) throw InputError("--mla-page-size: the page size must be a positive integer");
-                         }});
   registry.group(SweepGroup{
-      "latent_attention",
-      "MLA decode attention (DeepSeek, absorbed form) for each MLA model (with --model: those among them; else "
-      "DeepSeek-V2-Lite and V3 on a GPU, V2-Lite on a CPU) over --mla-batches x --mla-contexts, contiguous and paged "
-      "(--mla-page-size)",
-      35, SweepGroup::Models::mla, [](const SweepScope& sc) {
+      .name = "latent_attention",
+      .help = "MLA decode attention (DeepSeek, absorbed form) for each MLA model (with --model: those among them; "
+              "else DeepSeek-V2-Lite and V3 on a GPU, V2-Lite on a CPU) over batch x context, contiguous and paged",
+      .order = 35,
+      .takes = [](const ModelConfig& m) { return m.uses_mla(); },
+      .takes_what = "multi-head latent attention models",
+      .gpu_models = {"deepseek-v2-lite", "deepseek-v3"},  // 16 and 128 heads
+      .cpu_models = {"deepseek-v2-lite"},
+      .axes = {AxisDecl{.name = "batch",
+                        .help = "batch sizes",
+                        .gpu_default = {1, 8, 64, 256},
+                        .cpu_default = {1, 4},
+                        .alias = "--mla-batches"},
+               AxisDecl{.name = "context",
+                        .help = "context lengths (tokens in the latent cache)",
+                        .gpu_default = {1024, 8192},
+                        .cpu_default = {2048},
+                        .alias = "--mla-contexts"},
+               AxisDecl{.name = "page_size",
+                        .help = "tokens per page of the paged latent cache (FlashMLA uses 64)",
+                        .single = true,
+                        .gpu_default = {64},
+                        .cpu_default = {64},
+                        .check =
+                            [](const std::vector<std::uint64_t>& v, const std::string& what) {
+                              for (auto p : v)
+                                if (p == 0) throw InputError(what + ": the page size must be a positive integer");
+                            },
+                        .alias = "--mla-page-size"}},
+      .points = [](const SweepScope& sc) {
         std::vector<Point> pts;
-        const auto P = sc.axes->one("mla_page_size");
+        const auto P = sc.axes->one("page_size");
         {
           const ModelConfig& m = *sc.model;
           const auto& a = m.mla;
@@ -98,8 +111,8 @@ PHASEBENCH_DECLARE_OPS(decode_latent_attention) {
                          false)
                     .empty())
               continue;  // the backend has no such kernel for this dtype
-            for (auto B : (*sc.axes)["mla_batches"])
-              for (auto L : (*sc.axes)["mla_contexts"]) {
+            for (auto B : (*sc.axes)["batch"])
+              for (auto L : (*sc.axes)["context"]) {
                 auto r = latent_attention_request({B, m.heads, L, a.kv_lora_rank, a.qk_rope}, sc.dtype, paged, qk, P);
                 std::vector<PointArg> args{{"batch", B, "batch"}, {"context", L, "context"}};
                 if (paged) args.push_back({"page_size", P, "page"});

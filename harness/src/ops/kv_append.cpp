@@ -2,9 +2,10 @@
 // 0 FLOPs; a*2*B*S*Hkv*D read, c*2*B*S*Hkv*D written; paged: plus an int32 block
 // table read per token). New k and v [B, S, Hkv, D]; the cache holds `capacity`
 // tokens per sequence and the tokens go at its end. One sweep group: the decode
-// step's append over batch, contiguous and paged, for the linear models.
+// step's append over batch, contiguous and paged, for every model of the run.
 #include "phasebench/checked.hpp"
 #include "phasebench/ops/kv_append.hpp"
+#include "phasebench/ops/shared_axes.hpp"
 
 namespace phasebench {
 
@@ -46,19 +47,29 @@ PHASEBENCH_DECLARE_OPS(kv_append) {
   using namespace phasebench;
   registry.declare(OpDecl{kKvAppend, {"B", "S", "Hkv", "D"}, {"capacity"}, cost, footprint, {}});
   registry.declare(OpDecl{kKvAppendPaged, {"B", "S", "Hkv", "D"}, {"capacity", "page_size"}, cost, footprint, {}});
-  registry.axis(AxisDecl{"append_batches", "--append-batches", "PHASEBENCH_APPEND_BATCHES", "KV append batch sizes", false,
-                         {1, 16, 64, 256}, {1, 16, 64}, {}});
-  registry.axis(AxisDecl{"append_context", "--append-context", "PHASEBENCH_APPEND_CONTEXT",
-                         "cache length (tokens) KV append writes into, at its end", true, {4096}, {1024}, {}});
   registry.group(SweepGroup{
-      "kv_append", "the decode step's KV append over --append-batches into --append-context, contiguous and paged", 40,
-      SweepGroup::Models::linear, [](const SweepScope& sc) {
+      .name = "kv_append",
+      .help = "the decode step's KV append over batch into a cache of context tokens, contiguous and paged",
+      .order = 40,
+      .axes = {AxisDecl{.name = "batch",
+                        .help = "batch sizes",
+                        .gpu_default = {1, 16, 64, 256},
+                        .cpu_default = {1, 16, 64},
+                        .alias = "--append-batches"},
+               AxisDecl{.name = "context",
+                        .help = "cache length (tokens) it writes into, at its end",
+                        .single = true,
+                        .gpu_default = {4096},
+                        .cpu_default = {1024},
+                        .alias = "--append-context"},
+               page_size_axis()},
+      .points = [](const SweepScope& sc) {
         const ModelConfig& m = *sc.model;
-        const auto C = sc.axes->one("append_context"), P = sc.axes->one("page_size");
+        const auto C = sc.axes->one("context"), P = sc.axes->one("page_size");
         std::vector<Point> pts;
         for (const bool paged : {false, true}) {
           if (sc.impls(kv_append_request({1, 1, m.kv_heads, m.head_dim}, sc.dtype, C, paged, P), false).empty()) continue;
-          for (auto B : (*sc.axes)["append_batches"]) {
+          for (auto B : (*sc.axes)["batch"]) {
             std::vector<PointArg> args{{"batch", B, "batch"}, {"context", C, "context"}};
             if (paged) args.push_back({"page_size", P, "page"});
             pts.push_back(make_point("decode", paged ? "kv_append_paged" : "kv_append", m.name, "", m.name,

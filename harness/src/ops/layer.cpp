@@ -1,11 +1,12 @@
 // A whole transformer layer (op kind "layer"): the ops of model.hpp's layer_ops
 // run in sequence for a prefill step (batch x prompt) or a decode step (batch at
 // a context); its cost is the sum of theirs. One sweep group: prefill at
-// --batches x --prompts and decode at --attention-batches x --contexts, for the
-// linear models; args carry the model's layers and vocabulary (step times).
+// prefill_batch x prompt and decode at decode_batch x context, for the dense
+// models of the run; args carry the model's layers and vocabulary (step times).
 #include "phasebench/ops/layer.hpp"
 
 #include "phasebench/checked.hpp"
+#include "phasebench/ops/shared_axes.hpp"
 
 namespace phasebench {
 
@@ -88,8 +89,13 @@ PHASEBENCH_DECLARE_OPS(layer) {
   using namespace phasebench;
   registry.declare(OpDecl{kLayer, {"B", "S", "L", "h", "I", "Hq", "Hkv", "D"}, {"norms_per_layer"}, cost, footprint, shape_json});
   registry.group(SweepGroup{
-      "layer", "whole layers of dense, full-attention models: prefill at --batches x --prompts, decode at --attention-batches x --contexts", 60,
-      SweepGroup::Models::linear, [](const SweepScope& sc) {
+      .name = "layer",
+      .help = "whole layers of dense, full-attention models: prefill at prefill_batch x prompt, decode at decode_batch x "
+              "context",
+      .order = 60,
+      .axes = {prefill_batch_axis("prefill_batch", "prefill batch sizes"), prompt_axis("prompt", "prefill prompt lengths"),
+               attention_batch_axis("decode_batch", "decode batch sizes"), context_axis("context", "decode context lengths")},
+      .points = [](const SweepScope& sc) {
         const ModelConfig& m = *sc.model;
         std::vector<Point> pts;
         if (sc.impls(layer_request(m, Phase::decode, 1, 1, sc.dtype), false).empty()) return pts;
@@ -108,10 +114,10 @@ PHASEBENCH_DECLARE_OPS(layer) {
           p.request.name = p.name;
           pts.push_back(std::move(p));
         };
-        for (auto B : (*sc.axes)["batches"])
-          for (auto S : (*sc.axes)["prompts"]) add_point(Phase::prefill, B, S);
-        for (auto B : (*sc.axes)["attention_batches"])
-          for (auto L : (*sc.axes)["contexts"]) add_point(Phase::decode, B, L);
+        for (auto B : (*sc.axes)["prefill_batch"])
+          for (auto S : (*sc.axes)["prompt"]) add_point(Phase::prefill, B, S);
+        for (auto B : (*sc.axes)["decode_batch"])
+          for (auto L : (*sc.axes)["context"]) add_point(Phase::decode, B, L);
         return pts;
       }});
 }

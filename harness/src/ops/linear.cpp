@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "phasebench/checked.hpp"
+#include "phasebench/ops/shared_axes.hpp"
 
 namespace phasebench {
 
@@ -59,14 +60,15 @@ std::vector<Point> projection_points(const SweepScope& sc, Phase phase, std::uin
 PHASEBENCH_DECLARE_OPS(linear) {
   using namespace phasebench;
   registry.declare(OpDecl{kLinear, {"M", "N", "K"}, {}, cost, [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
-  registry.axis(AxisDecl{"decode_batches", "--decode-batches", "PHASEBENCH_DECODE_BATCHES", "decode linear (GEMV) batch sizes",
-                         false, {1, 2, 4, 8, 16, 32, 64, 128, 256}, {1, 2, 4, 8, 16, 32, 64}, {}});
   registry.group(SweepGroup{
-      "prefill_linear", "the prefill GEMMs of each projection over --batches x --prompts (vendor library)", 10,
-      SweepGroup::Models::linear, [](const SweepScope& sc) {
+      .name = "prefill_linear",
+      .help = "the prefill GEMMs of each projection over batch x prompt (vendor library)",
+      .order = 10,
+      .axes = {prefill_batch_axis("batch", "batch sizes"), prompt_axis("prompt", "prompt lengths")},
+      .points = [](const SweepScope& sc) {
         std::vector<Point> pts;
-        for (auto B : (*sc.axes)["batches"])
-          for (auto S : (*sc.axes)["prompts"]) {
+        for (auto B : (*sc.axes)["batch"])
+          for (auto S : (*sc.axes)["prompt"]) {
             auto more = projection_points(sc, Phase::prefill, mul(B, S, "tokens"), false,
                                           {{"batch", B, "batch"}, {"prompt", S, "prompt"}});
             pts.insert(pts.end(), more.begin(), more.end());
@@ -74,20 +76,31 @@ PHASEBENCH_DECLARE_OPS(linear) {
         return pts;
       }});
   registry.group(SweepGroup{
-      "decode_linear", "the decode GEMVs of each projection over --decode-batches (our kernel, the vendor row beside it)",
-      20, SweepGroup::Models::linear, [](const SweepScope& sc) {
+      .name = "decode_linear",
+      .help = "the decode GEMVs of each projection over batch (our kernel, the vendor row beside it)",
+      .order = 20,
+      .axes = {AxisDecl{.name = "batch",
+                        .help = "GEMV batch sizes",
+                        .gpu_default = {1, 2, 4, 8, 16, 32, 64, 128, 256},
+                        .cpu_default = {1, 2, 4, 8, 16, 32, 64},
+                        .alias = "--decode-batches"}},
+      .points = [](const SweepScope& sc) {
         std::vector<Point> pts;
-        for (auto B : (*sc.axes)["decode_batches"]) {
+        for (auto B : (*sc.axes)["batch"]) {
           auto more = projection_points(sc, Phase::decode, B, sc.compare_blas, {{"batch", B, "batch"}});
           pts.insert(pts.end(), more.begin(), more.end());
         }
         return pts;
       }});
   registry.group(SweepGroup{
-      "free", "free-form linear shapes given with --shape M,N,K (vendor library, and our GEMV where it applies)", 70,
-      SweepGroup::Models::none, [](const SweepScope& sc) {
+      .name = "free",
+      .help = "free-form linear shapes given with --shape M,N,K (vendor library, and our GEMV where it applies)",
+      .order = 70,
+      .per_model = false,
+      .from_shapes = true,
+      .points = [](const SweepScope& sc) {
         std::vector<Point> pts;
-        for (const auto& s : sc.axes->shapes) {
+        for (const auto& s : *sc.shapes) {
           OpRequest r = linear_request(s, sc.dtype, Impl::own);
           auto impls = sc.impls(r, true);
           for (auto it = impls.rbegin(); it != impls.rend(); ++it) {  // the vendor row first

@@ -1,7 +1,7 @@
 // The weight-only int4 linear layer (ops/linear_int4.hpp): 2MNK FLOPs; bytes: the
 // packed weights, scales and zero points exactly (WeightFormat int4), X read and
 // Y written in bf16; its roofline uses bf16 compute (the weights are widened).
-// One sweep group: each projection's decode GEMV at --int4-batches (1 to 16),
+// One sweep group: each projection's decode GEMV at batches of 1 to 16,
 // beside the bf16 GEMV of decode_linear on the same shapes.
 #include "phasebench/ops/linear_int4.hpp"
 
@@ -60,30 +60,40 @@ PHASEBENCH_DECLARE_OPS(linear_int4) {
   using namespace phasebench;
   registry.declare(OpDecl{kLinearInt4, {"M", "N", "K"}, {"group"}, cost,
                           [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
-  registry.axis(AxisDecl{"int4_batches", "--int4-batches", "PHASEBENCH_INT4_BATCHES",
-                         "int4 decode GEMV batch sizes (1 to 16)", false, {1, 2, 4, 8, 16}, {1, 4, 16},
-                         [](const std::vector<std::uint64_t>& v) {
-                           for (auto b : v)
-                             if (b < 1 || b > 16)
-                               throw InputError("--int4-batches takes batches of 1 to 16, got " + std::to_string(b));
-                         }});
-  registry.axis(AxisDecl{"int4_group", "--int4-group", "PHASEBENCH_INT4_GROUP",
-                         "weights per scale and zero point of the int4 GEMV (32, 64, 128 or 256)", true, {128}, {128},
-                         [](const std::vector<std::uint64_t>& v) {
-                           for (auto g : v) check_int4_shape({1, 1, g}, g);
-                         }});
   registry.group(SweepGroup{
-      "decode_linear_int4",
-      "weight-only int4 decode GEMVs of each projection over --int4-batches (bf16 activations; compare with "
-      "decode_linear's bf16 rows)",
-      25, SweepGroup::Models::linear, [](const SweepScope& sc) {
+      .name = "decode_linear_int4",
+      .help = "weight-only int4 decode GEMVs of each projection over batch (bf16 activations; compare with "
+              "decode_linear's bf16 rows)",
+      .order = 25,
+      .axes = {AxisDecl{.name = "batch",
+                        .help = "GEMV batch sizes (1 to 16)",
+                        .gpu_default = {1, 2, 4, 8, 16},
+                        .cpu_default = {1, 4, 16},
+                        .check =
+                            [](const std::vector<std::uint64_t>& v, const std::string& what) {
+                              for (auto b : v)
+                                if (b < 1 || b > 16)
+                                  throw InputError(what + " takes batches of 1 to 16, got " + std::to_string(b));
+                            },
+                        .alias = "--int4-batches"},
+               AxisDecl{.name = "group",
+                        .help = "weights per scale and zero point (32, 64, 128 or 256)",
+                        .single = true,
+                        .gpu_default = {128},
+                        .cpu_default = {128},
+                        .check =
+                            [](const std::vector<std::uint64_t>& v, const std::string&) {
+                              for (auto g : v) check_int4_shape({1, 1, g}, g);
+                            },
+                        .alias = "--int4-group"}},
+      .points = [](const SweepScope& sc) {
         std::vector<Point> pts;
         // Its activations are bf16 whatever --dtype: run once, at bf16 if the run has it, else at its first dtype.
         const bool has_bf16 = std::find(sc.dtypes.begin(), sc.dtypes.end(), DType::bf16) != sc.dtypes.end();
         if (sc.dtype != (has_bf16 || sc.dtypes.empty() ? DType::bf16 : sc.dtypes.front())) return pts;
         const ModelConfig& m = *sc.model;
-        const auto G = sc.axes->one("int4_group");
-        for (auto B : (*sc.axes)["int4_batches"]) {
+        const auto G = sc.axes->one("group");
+        for (auto B : (*sc.axes)["batch"]) {
           for (const auto& lin : linear_ops(m, B, Precision::from(DType::bf16, DType::bf16), m.all_layers_moe())) {
             const auto s = LinearShape::of(lin.shape);
             if (s.K % G != 0) continue;  // a projection this group size does not fit

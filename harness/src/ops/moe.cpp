@@ -1,10 +1,10 @@
 // The MoE experts operation (ops/moe.hpp): the routed experts of a mixture-of-
 // experts layer over T tokens, with its drawn routing's token counts per expert
 // in the results' "shape". One sweep group, moe: for each mixture-of-experts
-// model (SweepConfig::moe_models: the MoE models of --model, else Mixtral,
-// Qwen3-30B-A3B and DeepSeek-V2-Lite on a GPU, Qwen3-30B-A3B on a CPU) and each
-// --routing, decode at --moe-decode-batches (T = batch, one token per sequence)
-// and prefill at --moe-prompts (one sequence, T = prompt).
+// model (the MoE models of --model, else Mixtral, Qwen3-30B-A3B and
+// DeepSeek-V2-Lite on a GPU, Qwen3-30B-A3B on a CPU) and each routing, decode at
+// each batch (T = batch, one token per sequence) and prefill at each prompt (one
+// sequence, T = prompt).
 #include "phasebench/ops/moe.hpp"
 
 #include <cmath>
@@ -91,28 +91,38 @@ PHASEBENCH_DECLARE_OPS(moe) {
   using namespace phasebench;
   registry.declare(OpDecl{kMoe, {"T", "k", "E", "h", "I"}, {"routing", "routing_ppm"},
                           [](const OpRequest& r) { return moe_cost(r).total(); }, footprint, shape_json});
-  AxisDecl routing_axis{"routing", "--routing", "PHASEBENCH_ROUTING",
-                        "how the moe group routes tokens: uniform, zipf:S (popularity 1/rank^S) or hot:F (a fraction F "
-                        "of the tokens to one hot expert), comma-separated",
-                        false, {}, {}, {}};
-  routing_axis.text = true;
-  routing_axis.gpu_text = {"uniform"};
-  routing_axis.cpu_text = {"uniform"};
-  routing_axis.check_text = [](const std::vector<std::string>& v) {
-    for (const auto& t : v) parse_routing(t);
-  };
-  registry.axis(routing_axis);
-  registry.axis(AxisDecl{"moe_decode_batches", "--moe-decode-batches", "PHASEBENCH_MOE_DECODE_BATCHES",
-                         "decode batch sizes of the moe group (one token per sequence)", false,
-                         {1, 4, 16, 64, 256, 1024, 2048, 4096, 8192}, {1, 8, 64}, {}});
-  registry.axis(AxisDecl{"moe_prompts", "--moe-prompts", "PHASEBENCH_MOE_PROMPTS",
-                         "prefill prompt lengths of the moe group (one sequence: its tokens are the layer's)", false,
-                         {512, 2048, 8192}, {64}, {}});
   registry.group(SweepGroup{
-      "moe",
-      "the routed experts of each mixture-of-experts model's MoE layer (permute, grouped gate_up, SiLU*up, grouped down, "
-      "combine) per --routing: decode over --moe-decode-batches, prefill over --moe-prompts (vendor library)",
-      40, SweepGroup::Models::moe, [](const SweepScope& sc) {
+      .name = "moe",
+      .help = "the routed experts of each mixture-of-experts model's MoE layer (permute, grouped gate_up, SiLU*up, "
+              "grouped down, combine) per routing: decode over batch, prefill over prompt (vendor library)",
+      .order = 40,
+      .takes = [](const ModelConfig& m) { return m.experts > 0; },
+      .takes_what = "mixture-of-experts models",
+      // The smallest experts on a CPU.
+      .gpu_models = {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite"},
+      .cpu_models = {"qwen3-30b-a3b"},
+      .axes = {AxisDecl{.name = "batch",
+                        .help = "decode batch sizes (one token per sequence)",
+                        .gpu_default = {1, 4, 16, 64, 256, 1024, 2048, 4096, 8192},
+                        .cpu_default = {1, 8, 64},
+                        .alias = "--moe-decode-batches"},
+               AxisDecl{.name = "prompt",
+                        .help = "prefill prompt lengths (one sequence: its tokens are the layer's)",
+                        .gpu_default = {512, 2048, 8192},
+                        .cpu_default = {64},
+                        .alias = "--moe-prompts"},
+               AxisDecl{.name = "routing",
+                        .help = "how tokens are routed: uniform, zipf:S (popularity 1/rank^S) or hot:F (a fraction F "
+                                "of the tokens to one hot expert)",
+                        .text = true,
+                        .gpu_text = {"uniform"},
+                        .cpu_text = {"uniform"},
+                        .check_text =
+                            [](const std::vector<std::string>& v, const std::string&) {
+                              for (const auto& t : v) parse_routing(t);
+                            },
+                        .alias = "--routing"}},
+      .points = [](const SweepScope& sc) {
         std::vector<Point> pts;
         const ModelConfig& m = *sc.model;
         const std::string target = "experts";
@@ -127,9 +137,9 @@ PHASEBENCH_DECLARE_OPS(moe) {
                   make_point(std::string(to_string(phase)), "moe", m.name, target, m.name + "." + target, r, args, true));
             }
           };
-          for (auto B : (*sc.axes)["moe_decode_batches"])
+          for (auto B : (*sc.axes)["batch"])
             add(Phase::decode, B, {{"batch", B, "batch"}, {"routing", 0, "routing", routing.text()}});
-          for (auto S : (*sc.axes)["moe_prompts"])
+          for (auto S : (*sc.axes)["prompt"])
             add(Phase::prefill, S, {{"batch", 1, ""}, {"prompt", S, "prompt"}, {"routing", 0, "routing", routing.text()}});
         }
         return pts;

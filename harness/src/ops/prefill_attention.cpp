@@ -1,8 +1,10 @@
 // Causal prefill attention over S prompt tokens, no cached prefix (DESIGN:
 // 2*B*Hq*D*S*(S+1) FLOPs; a*B*S*D*(2*Hq + 2*Hkv) bytes). q and out [B, S, Hq, D],
 // k and v [B, S, Hkv, D]. One sweep group: batch x prompt, our flash kernel and
-// the vendor path that materialises the scores, for the attention models.
+// the vendor path that materialises the scores, for the grouped-query attention
+// models.
 #include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/shared_axes.hpp"
 
 namespace phasebench {
 
@@ -29,17 +31,26 @@ PHASEBENCH_DECLARE_OPS(prefill_attention) {
   using namespace phasebench;
   registry.declare(OpDecl{kPrefillAttention, {"B", "Hq", "Hkv", "S", "D"}, {}, cost,
                           [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
-  registry.axis(AxisDecl{"prefill_attention_prompts", "--prefill-attention-prompts", "PHASEBENCH_PREFILL_ATTENTION_PROMPTS",
-                         "prompt lengths for prefill attention", false, {512, 1024, 2048, 4096, 8192}, {128, 512}, {}});
   registry.group(SweepGroup{
-      "prefill_attention", "causal prefill attention over --batches x --prefill-attention-prompts (ours and the vendor path)",
-      50, SweepGroup::Models::attention, [](const SweepScope& sc) {
+      .name = "prefill_attention",
+      .help = "causal prefill attention over batch x prompt (ours and the vendor path)",
+      .order = 50,
+      .takes = grouped_query_attention,
+      .takes_what = kGroupedQueryAttentionModels,
+      .gpu_models = attention_gpu_models(),
+      .axes = {prefill_batch_axis("batch", "batch sizes"),
+               AxisDecl{.name = "prompt",
+                        .help = "prompt lengths",
+                        .gpu_default = {512, 1024, 2048, 4096, 8192},
+                        .cpu_default = {128, 512},
+                        .alias = "--prefill-attention-prompts"}},
+      .points = [](const SweepScope& sc) {
         const ModelConfig& m = *sc.model;
         std::vector<Point> pts;
         const auto impls = sc.impls(prefill_attention_request({1, m.heads, m.kv_heads, 1, m.head_dim}, sc.dtype, Impl::own), true);
         for (Impl impl : impls)
-          for (auto B : (*sc.axes)["batches"])
-            for (auto S : (*sc.axes)["prefill_attention_prompts"])
+          for (auto B : (*sc.axes)["batch"])
+            for (auto S : (*sc.axes)["prompt"])
               pts.push_back(make_point("prefill", "attention", m.name, "", m.name,
                                        prefill_attention_request({B, m.heads, m.kv_heads, S, m.head_dim}, sc.dtype, impl),
                                        {{"batch", B, "batch"}, {"prompt", S, "prompt"}}, true));

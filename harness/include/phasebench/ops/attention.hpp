@@ -3,6 +3,7 @@
 // prefill_attention.cpp): decode attention over a contiguous or paged KV cache,
 // and causal prefill attention.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "phasebench/context_dist.hpp"
@@ -14,6 +15,14 @@ namespace phasebench {
 inline constexpr const char* kDecodeAttention = "decode_attention";
 inline constexpr const char* kDecodeAttentionPaged = "decode_attention_paged";
 inline constexpr const char* kPrefillAttention = "prefill_attention";
+
+// The models the attention groups run for: grouped-query attention, every model
+// but the MLA ones (whose attention is latent_attention's; their projections
+// still run); with no --model given on a GPU, Llama-3.1-8B and 70B (4 and 8
+// query heads per KV head).
+bool grouped_query_attention(const ModelConfig& m);
+inline constexpr const char* kGroupedQueryAttentionModels = "grouped-query attention models (all but MLA)";
+std::vector<std::string> attention_gpu_models();
 
 // splits: 0 = the backend chooses the split-KV plan. kv_fp8: the K and V caches
 // hold fp8 e4m3 with an fp32 scale per KV head for each (kv_scale_bytes); q and

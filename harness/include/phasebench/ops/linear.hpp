@@ -11,4 +11,19 @@ inline constexpr const char* kLinear = "linear";
 
 OpRequest linear_request(const LinearShape& s, DType dtype, Impl impl, std::uint64_t seed = 0x5eed);
 
+// The decode linear crossings (context.phasebench.decode_linear_crossings, results
+// schema 2): one record per decode linear layer (model, target, dtype) with "ok"
+// decode points among `standing`:
+//   layer, model, target, dtype, N, K, batches (the batches measured);
+//   measured: the batch where the intensity reaches P_eff/W_eff, the best FLOP/s
+//     and the best bytes/s the layer achieved over its batches (the fastest point
+//     of each batch, any impl) - null with text "> B" while the largest batch B
+//     still moves 70% of W_eff, "one batch only", or "never" (beyond 2^24);
+//   predicted: per ceiling source of the points' roofline_by_source, and for the
+//     ceilings in use (ceiling_used, `run`'s ceiling_used), the batch where the
+//     intensity reaches that ridge P/W, with the ridge (none without ceilings);
+//   ceiling_used.
+// Intensities count the output in linear_output_type (fp8 writes bf16).
+nlohmann::json decode_linear_crossings(const Standing& standing, const nlohmann::json& run);
+
 }  // namespace phasebench

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "phasebench/op.hpp"
+#include "phasebench/report.hpp"
 #include "phasebench/routing.hpp"
 
 namespace phasebench {
@@ -36,5 +37,14 @@ MoeCost moe_cost(const OpRequest& r);
 // compute-bound on a roofline of that ridge. The intensity grows with B (the
 // experts touched grow slower than B). Nothing when not before B = 2^24.
 std::optional<std::uint64_t> moe_batch_at_intensity(const MoeShape& s, const Routing& routing, DType t, double ridge);
+
+// The decode MoE crossings (context.phasebench.decode_moe_crossings): one record
+// per (model, routing, dtype) with "ok" decode points among `standing`: layer
+// ("<model>.experts"), model, routing, dtype, k, E, h, I, batches, measured (the
+// crossing batch from moe_batch_at_intensity at P_eff/W_eff, as the linear
+// crossings), predicted (per ceiling source: the batch where the expected experts
+// touched put the intensity at the ridge, with `dense_batch`: where one expert's
+// gate_up, as a dense layer, reaches the same ridge), ceiling_used.
+nlohmann::json decode_moe_crossings(const Standing& standing, const nlohmann::json& run);
 
 }  // namespace phasebench

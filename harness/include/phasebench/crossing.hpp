@@ -1,0 +1,43 @@
+#pragma once
+// The batch where a decode layer crosses from memory-bound to compute-bound, from
+// a results file's points (measured) and from the ceilings (predicted): the rule
+// the decode linear and MoE crossings share (docs/design.md, "Crossings").
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace phasebench {
+
+// A layer's points over its batches: the fastest point of each batch and the
+// ceilings its points were placed against (ceilings are per run).
+struct CrossingPoints {
+  std::map<std::uint64_t, std::pair<double, double>> best;  // batch -> (FLOP/s, bytes/s) of its fastest point
+  std::map<std::uint64_t, double> fastest;                  // batch -> its median time
+  nlohmann::json by_source = nlohmann::json::object();      // roofline_by_source of a point
+  nlohmann::json in_use;                                     // its "roofline" (the ceilings in use; none without)
+  // Adds point `p` (a "phasebench" object with time, flops and bytes) at `batch`.
+  void add(const nlohmann::json& p, std::uint64_t batch);
+};
+
+nlohmann::json batch_or_null(const std::optional<std::uint64_t>& b);
+
+// The batches measured and the measured crossing: where the intensity reaches
+// P_eff/W_eff, the best FLOP/s and the best bytes/s achieved (`batch_at` turns a
+// ridge into a batch); "> B" while the largest batch B still streams at 70% of
+// W_eff, "one batch only" with a single batch.
+std::pair<nlohmann::json, nlohmann::json> measured_crossing(
+    const CrossingPoints& l, const std::function<std::optional<std::uint64_t>(double)>& batch_at);
+
+// The predicted crossing per ceiling source of the points' roofline_by_source,
+// and for the ceilings in use (which may mix sources); `extra(ridge)` adds
+// members beside the batch `batch_at(ridge)`, the ridge and its sources.
+nlohmann::json predicted_crossings(const CrossingPoints& l, const std::string& ceiling_used,
+                                   const std::function<std::optional<std::uint64_t>(double)>& batch_at,
+                                   const std::function<void(double ridge, nlohmann::json& out)>& extra = {});
+
+}  // namespace phasebench
