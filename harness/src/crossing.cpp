@@ -20,6 +20,21 @@ void CrossingPoints::add(const nlohmann::json& p, std::uint64_t batch) {
 
 nlohmann::json batch_or_null(const std::optional<std::uint64_t>& b) { return b ? nlohmann::json(*b) : nlohmann::json(); }
 
+const nlohmann::json* crossing_input(const nlohmann::json& entry, std::string_view kind) {
+  const auto& p = entry.at("phasebench");
+  if (p.value("phase", "") != "decode" || p.value("op_kind", "") != kind || p.value("status", "") != "ok") return nullptr;
+  if (!p.contains("time") || !p.contains("shape") || !p.contains("bytes")) return nullptr;
+  return &p;
+}
+
+nlohmann::json prediction_in_use(const nlohmann::json& record) {
+  return record.at("predicted").value(record.value("ceiling_used", ""), nlohmann::json::object());
+}
+
+std::string batch_text(const nlohmann::json& batch) {
+  return batch.is_number() ? std::to_string(batch.get<std::uint64_t>()) : std::string("never");
+}
+
 std::pair<nlohmann::json, nlohmann::json> measured_crossing(
     const CrossingPoints& l, const std::function<std::optional<std::uint64_t>(double)>& batch_at) {
   nlohmann::json batches = nlohmann::json::array();

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,15 @@ struct CrossingPoints {
 };
 
 nlohmann::json batch_or_null(const std::optional<std::uint64_t>& b);
+
+// The "phasebench" object of a standing entry when it is a crossing's input: an
+// "ok" decode point of operation `kind` with its time, shape and bytes; else null.
+const nlohmann::json* crossing_input(const nlohmann::json& entry, std::string_view kind);
+
+// A crossing record's prediction for the ceilings it was made with (ceiling_used),
+// an empty object without ceilings; and a batch as the summary prints it.
+nlohmann::json prediction_in_use(const nlohmann::json& record);
+std::string batch_text(const nlohmann::json& batch);  // the number, or "never"
 
 // The batches measured and the measured crossing: where the intensity reaches
 // P_eff/W_eff, the best FLOP/s and the best bytes/s achieved (`batch_at` turns a

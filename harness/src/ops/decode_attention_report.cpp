@@ -70,8 +70,7 @@ AttentionTimes collect(const Standing& standing) {
 
 // Paging's cost: the paged cache's time over the contiguous one's on the same
 // shapes (1.00: paging is free; 1.10: paged takes 10% longer).
-std::string paged_section(const SummaryInput& in) {
-  const auto c = collect(in.standing);
+std::string paged_section(const AttentionTimes& c) {
   std::map<std::uint64_t, std::vector<double>> cost;
   for (const auto& [key, by_page] : c.paged)
     if (auto ct = c.contiguous.find(key); ct != c.contiguous.end())
@@ -87,8 +86,7 @@ std::string paged_section(const SummaryInput& in) {
 
 // What an fp8 cache buys: decode attention time over the 16-bit (or fp32) cache
 // / time over the fp8 one, on the same shapes; the bytes are about half.
-std::string fp8_cache_section(const SummaryInput& in) {
-  const auto c = collect(in.standing);
+std::string fp8_cache_section(const AttentionTimes& c) {
   std::map<std::uint64_t, std::vector<double>> speedup;
   for (const auto& [key, t8] : c.fp8)
     if (auto w = c.wide.find(key); w != c.wide.end() && t8 > 0) speedup[key.second].push_back(w->second / t8);
@@ -107,8 +105,7 @@ std::string fp8_cache_section(const SummaryInput& in) {
 // the same shape: a step of S tokens that takes little more than one yields
 // nearly S times the tokens per second (what speculative verification buys);
 // a ragged batch of the same mean context shows what the imbalance costs.
-std::string steps_section(const SummaryInput& in) {
-  const auto c = collect(in.standing);
+std::string steps_section(const AttentionTimes& c) {
   std::string out;
   for (const auto& [key, by_step] : c.steps) {
     const auto base = by_step.find({1, "fixed"});
@@ -131,13 +128,17 @@ std::string steps_section(const SummaryInput& in) {
   return out;
 }
 
+// The three, from one pass over the standing entries.
+std::string attention_sections(const SummaryInput& in) {
+  const auto c = collect(in.standing);
+  return paged_section(c) + fp8_cache_section(c) + steps_section(c);
+}
+
 }  // namespace
 
 }  // namespace phasebench
 
 PHASEBENCH_DECLARE_OPS(decode_attention_report) {
   using namespace phasebench;
-  registry.section(SummarySection{"decode attention, paged vs contiguous", 10, paged_section});
-  registry.section(SummarySection{"decode attention, fp8 cache", 20, fp8_cache_section});
-  registry.section(SummarySection{"decode attention, multi-token steps", 30, steps_section});
+  registry.section(SummarySection{"decode attention", 10, attention_sections});
 }

@@ -23,9 +23,9 @@ nlohmann::json decode_linear_crossings(const Standing& standing, const nlohmann:
   };
   std::map<std::tuple<std::string, std::string, std::string>, Layer> layers;
   for (const auto* b : standing) {
-    const auto& p = b->at("phasebench");
-    if (p.value("phase", "") != "decode" || p.value("op_kind", "") != kLinear || p.value("status", "") != "ok") continue;
-    if (!p.contains("time") || !p.contains("shape") || !p.contains("bytes")) continue;
+    const auto* point = crossing_input(*b, kLinear);
+    if (!point) continue;
+    const auto& p = *point;
     auto& l = layers[{p.value("model", ""), p.value("target", ""), p.value("dtype", "")}];
     const auto& sh = p.at("shape");
     l.N = sh.value("N", std::uint64_t{0});
@@ -64,10 +64,8 @@ std::string crossings_section(const SummaryInput& in) {
          "  predicted: where the intensity reaches the ridge P/W of the ceilings in use.\n";
   out += fmt::format("  {:<36} {:>16} {:>10}\n", "layer", "measured", "predicted");
   for (const auto& x : crossings) {
-    const auto used = x.at("predicted").value(x.value("ceiling_used", ""), nlohmann::json::object());
-    std::string predicted = "-";  // no ceilings
-    if (used.contains("batch"))
-      predicted = used.at("batch").is_number() ? std::to_string(used.at("batch").get<std::uint64_t>()) : "never";
+    const auto used = prediction_in_use(x);
+    const std::string predicted = used.contains("batch") ? batch_text(used.at("batch")) : "-";  // "-": no ceilings
     out += fmt::format("  {:<36} {:>16} {:>10}\n", x.value("layer", "") + " " + x.value("dtype", ""),
                        x.at("measured").value("text", "-"), predicted);
   }

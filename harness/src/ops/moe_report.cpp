@@ -24,9 +24,9 @@ nlohmann::json decode_moe_crossings(const Standing& standing, const nlohmann::js
   };
   std::map<std::tuple<std::string, std::string, std::string>, Layer> layers;
   for (const auto* b : standing) {
-    const auto& p = b->at("phasebench");
-    if (p.value("phase", "") != "decode" || p.value("op_kind", "") != kMoe || p.value("status", "") != "ok") continue;
-    if (!p.contains("time") || !p.contains("shape") || !p.contains("bytes")) continue;
+    const auto* point = crossing_input(*b, kMoe);
+    if (!point) continue;
+    const auto& p = *point;
     const auto& sh = p.at("shape");
     const std::string routing = sh.value("routing", "uniform");
     auto& l = layers[{p.value("model", ""), routing, p.value("dtype", "")}];
@@ -71,13 +71,10 @@ std::string crossings_section(const SummaryInput& in) {
          "  (\"> B\" while the largest batch still moves 70% of W_eff); predicted: where it reaches the ridge P/W;\n"
          "  dense: where one expert's gate_up as a dense layer reaches the same ridge (every weight read at any batch).\n";
   out += fmt::format("  {:<36} {:<10} {:>12} {:>10} {:>8}\n", "layer", "routing", "measured", "predicted", "dense");
-  auto text = [](const nlohmann::json& v) {
-    return v.is_number() ? std::to_string(v.get<std::uint64_t>()) : std::string("never");
-  };
   for (const auto& x : crossings) {
-    const auto used = x.at("predicted").value(x.value("ceiling_used", ""), nlohmann::json::object());
-    const std::string predicted = used.contains("batch") ? text(used.at("batch")) : "-";
-    const std::string dense = used.contains("dense_batch") ? text(used.at("dense_batch")) : "-";
+    const auto used = prediction_in_use(x);
+    const std::string predicted = used.contains("batch") ? batch_text(used.at("batch")) : "-";
+    const std::string dense = used.contains("dense_batch") ? batch_text(used.at("dense_batch")) : "-";
     out += fmt::format("  {:<36} {:<10} {:>12} {:>10} {:>8}\n", x.value("layer", "") + " " + x.value("dtype", ""),
                        x.value("routing", ""), x.at("measured").value("text", "-"), predicted, dense);
   }
