@@ -145,7 +145,8 @@ def _call(main, argv, seconds=60):
 
 
 @pytest.mark.parametrize("tool,args,says", CASES, ids=[f"{t}:{a}" for t, a, _ in CASES])
-def test_bad_input_is_one_line_and_status_two(tool, args, says, files, capsys):
+def test_bad_input_is_one_line_and_status_two(tool, args, says, files, capsys, monkeypatch):
+    monkeypatch.chdir(files["tmp"])  # report's default output, report.html, would land in the current folder
     argv = [w.format(**files) for w in args.split()]
     before = _digest(files[k] for k in ("A", "B", "R", "note"))
     before.update(_digest([os.path.join(files["plots"], "A.roofline.png")]))
