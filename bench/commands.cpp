@@ -9,7 +9,6 @@
 #include <benchmark/benchmark.h>
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -63,17 +62,6 @@ int run_command(CLI::App& app, int argc, char** argv, Body&& body) {
   } catch (const InputError& e) {
     return input_error(e.what());
   }
-}
-
-// Interrupted runs: the results file on disk already holds every finished
-// point (rewritten after each); say where it is and leave.
-char g_interrupt_message[4096] = "\nphasebench: interrupted\n";
-char g_lock_path[4096] = "";  // the results file's lock, released on the way out
-void on_interrupt(int) {
-  if (g_lock_path[0]) ::unlink(g_lock_path);
-  const auto n = std::strlen(g_interrupt_message);
-  [[maybe_unused]] auto w = ::write(2, g_interrupt_message, n);
-  _exit(130);
 }
 
 bool has_flag(int argc, char** argv, const char* prefix) {
@@ -346,11 +334,7 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
   const std::string path = f.out.empty() ? default_results_path(source_root(), backend.device().slug) : f.out;
   // Refuses now (before any measuring) a path it must not replace or that another run writes.
   ResultsFile file(path, run_context(backend, why, f, ctx.options(), argc, argv), f.overwrite);
-  std::snprintf(g_lock_path, sizeof g_lock_path, "%s", file.lock_path().c_str());
-  std::snprintf(g_interrupt_message, sizeof g_interrupt_message,
-                "\nphasebench: interrupted; results of the finished points are in %s\n", path.c_str());
-  std::signal(SIGINT, on_interrupt);
-  std::signal(SIGTERM, on_interrupt);
+  file.exit_cleanly_on_interrupt("results");
   if (!f.no_calibrate) {
     std::cerr << "phasebench: measuring ceilings (--no-calibrate to skip)...\n";
     backend.measure_ceilings(cfg.dtypes);
@@ -374,7 +358,6 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
   if (!f.no_summary) std::cout << summarize(file.document());
   std::cout << "\nresults: " << path << "\n";
   const auto errored = ctx.errored_points();
-  g_lock_path[0] = '\0';  // the file's destructor releases the lock
   if (errored.empty()) return 0;
   std::cerr << "phasebench: " << errored.size() << " point(s) ended in an error (exit status 1), the first: "
             << errored.front() << " (its message is in the results)\n";
@@ -413,6 +396,13 @@ int cmd_run(int argc, char** argv) {
     return 0;
   }
   try {
+    // Google Benchmark's own output file would be opened (and an existing one replaced) behind
+    // the results file's checks; the results file is a superset of its JSON.
+    for (const char* flag : {"--benchmark_out_format", "--benchmark_out"})
+      if (has_flag(argc, argv, flag))
+        throw InputError(std::string(flag) + " is not taken: Google Benchmark would replace an existing file unasked. "
+                         "phasebench's results file (--out FILE, never replaced without --overwrite) is a superset of "
+                         "Google Benchmark's JSON; give --out FILE instead");
     if (f.cache != "cold" && f.cache != "hot") throw InputError("--cache must be cold or hot, got '" + f.cache + "'");
     RunOptions ropts;
     ropts.cold_cache = f.cache == "cold";
@@ -524,15 +514,10 @@ int cmd_counters(int argc, char** argv) {
                    "any change is a real change) and a speed-of-light estimate for the GPU (an upper bound from a "
                    "model, not a measurement). docs/design.md, \"Counters\", maps each counter to its Nsight Compute metric.";
     ResultsFile file(path, ctx, f.overwrite);
-    std::snprintf(g_lock_path, sizeof g_lock_path, "%s", file.lock_path().c_str());
-    std::snprintf(g_interrupt_message, sizeof g_interrupt_message,
-                  "\nphasebench: interrupted; the counters of the finished points are in %s\n", path.c_str());
-    std::signal(SIGINT, on_interrupt);
-    std::signal(SIGTERM, on_interrupt);
+    file.exit_cleanly_on_interrupt("the counters");
     const auto tally = count_points(*backend, selected, spec, file, std::cout, std::cerr);
     file.set_complete(true);
     file.write();
-    g_lock_path[0] = '\0';
     std::cout << fmt::format("\ncounted {} point(s): {} ok, {} skipped, {} errors\ncounters: {}\n", selected.size(), tally.ok,
                              tally.skipped, tally.errors, path);
     return tally.errors > 0 ? 1 : 0;

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -27,16 +29,57 @@ namespace {
 
 bool process_alive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
 
+// What the signal handler needs, prepared beforehand: it may only call async-signal-safe
+// functions (unlink, write, _exit), so no std::string is built there.
+char g_lock[4096] = "";
+char g_tmp[4096] = "";
+char g_before_first_point[4096] = "";
+char g_after_first_point[4096] = "";
+volatile std::sig_atomic_t g_written = 0;  // the path holds this run's document
+
+void on_interrupt(int sig) {
+  if (g_tmp[0]) ::unlink(g_tmp);  // a write cut off mid-way
+  if (g_lock[0]) ::unlink(g_lock);
+  const char* m = g_written ? g_after_first_point : g_before_first_point;
+  [[maybe_unused]] const auto n = ::write(2, m, std::strlen(m));
+  _exit(128 + sig);
+}
+
+void copy_into(char (&dst)[4096], const std::string& src) { std::snprintf(dst, sizeof dst, "%s", src.c_str()); }
+
+// SIGINT and SIGTERM held back while the file is renamed into place and the handler's
+// flag follows it, so that the handler's line says what is on disk.
+class SignalsHeld {
+ public:
+  SignalsHeld() {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGTERM);
+    ::sigprocmask(SIG_BLOCK, &s, &old_);
+  }
+  ~SignalsHeld() { ::sigprocmask(SIG_SETMASK, &old_, nullptr); }
+  SignalsHeld(const SignalsHeld&) = delete;
+  SignalsHeld& operator=(const SignalsHeld&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
 }  // namespace
 
 ResultsFile::ResultsFile(std::string path, nlohmann::json phasebench_context, bool overwrite)
-    : path_(std::move(path)), lock_(path_ + ".lock") {
+    : path_(std::move(path)), lock_(path_ + ".lock"), tmp_(path_ + ".tmp") {
   doc_ = {{"context", nlohmann::json::object()}, {"benchmarks", nlohmann::json::array()}};
   doc_["context"]["phasebench"] = std::move(phasebench_context);
   doc_["context"]["phasebench"]["schema_version"] = kResultsSchemaVersion;
   doc_["context"]["phasebench"]["complete"] = false;
   std::error_code ec;
   const fs::path p(path_);
+  if (path_.empty()) throw InputError("--out takes a file path, got ''");
+  if (path_.back() == '/' || !p.has_filename() || p.filename() == "." || p.filename() == "..")
+    throw InputError("--out " + quote_value(path_, 200) + " names a folder; give a file path, e.g. " +
+                     quote_value((p.has_filename() ? p : p.parent_path()).string() + "/run.json", 200));
   const auto st = fs::symlink_status(p, ec);
   if (fs::is_directory(st)) throw InputError("--out " + quote_value(path_, 200) + " is a folder; give a file path");
   if (fs::is_symlink(st))
@@ -45,17 +88,21 @@ ResultsFile::ResultsFile(std::string path, nlohmann::json phasebench_context, bo
     throw InputError("--out " + quote_value(path_, 200) +
                      " is not a regular file (a device, FIFO or socket); phasebench replaces its results file at "
                      "every point, so give the path of a file");
+  existed_ = fs::exists(st);
   if (p.has_parent_path()) {
     fs::create_directories(p.parent_path(), ec);
     if (ec) throw InputError("cannot create the results folder '" + p.parent_path().string() + "': " + ec.message());
   }
   take_lock();  // before the existence check, so a running writer is named as such
   try {
-    if (fs::exists(st) && !overwrite)
+    if (existed_ && !overwrite)
       throw InputError("results file " + quote_value(path_, 200) +
                        " already exists; give another --out, or --overwrite to replace it");
-    write();
+    // The destination is tried now, with the whole document, rather than after the measuring:
+    // a folder that cannot be written or a full disk is an error before anything runs.
+    write_to_path(true);
   } catch (...) {
+    ::unlink(tmp_.c_str());
     ::unlink(lock_.c_str());
     locked_ = false;
     throw;
@@ -63,7 +110,27 @@ ResultsFile::ResultsFile(std::string path, nlohmann::json phasebench_context, bo
 }
 
 ResultsFile::~ResultsFile() {
+  if (handling_signals_) {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    g_lock[0] = g_tmp[0] = '\0';
+  }
   if (locked_) ::unlink(lock_.c_str());
+}
+
+void ResultsFile::exit_cleanly_on_interrupt(const std::string& what) {
+  copy_into(g_lock, lock_);
+  copy_into(g_tmp, tmp_);
+  copy_into(g_after_first_point, "\nphasebench: interrupted; " + what + " of the finished points are in " + path_ +
+                                     " (marked incomplete)\n");
+  copy_into(g_before_first_point,
+            "\nphasebench: interrupted before the first point finished; " +
+                (existed_ ? path_ + " is unchanged (it is replaced only once a point of the new run has finished)\n"
+                          : "nothing was measured and " + path_ + " was not written\n"));
+  g_written = written_ ? 1 : 0;
+  handling_signals_ = true;
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
 }
 
 void ResultsFile::take_lock() {
@@ -104,19 +171,41 @@ void ResultsFile::set_phasebench_field(const std::string& key, nlohmann::json va
 void ResultsFile::set_complete(bool complete) { doc_["context"]["phasebench"]["complete"] = complete; }
 
 void ResultsFile::write() {
-  // Write-then-rename: the file on disk is always a whole, valid document.
-  const std::string tmp = path_ + ".tmp";
+  // Before the first point (or the end) there is nothing the old file, or no file, should give way to.
+  const bool has_content = !doc_["benchmarks"].empty() || doc_["context"]["phasebench"]["complete"] == true;
+  if (written_ || has_content) write_to_path(false);
+}
+
+void ResultsFile::write_to_path(bool trial) {
+  // Write-then-rename: the file on disk is always a whole, valid document. A trial (the
+  // constructor's) writes the temporary file only and removes it.
   {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) throw InputError("cannot write results file '" + tmp + "': check the folder exists and is writable");
+    std::ofstream out(tmp_, std::ios::trunc);
+    if (!out)
+      throw InputError("cannot write results file " + quote_value(tmp_, 200) + ": " + std::strerror(errno) +
+                       "; check the folder is writable");
     // error_handler_t::replace keeps the file valid even if a label held bad UTF-8.
     out << doc_.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     out.flush();
-    if (!out) throw InputError("writing results file '" + tmp + "' failed (disk full?)");
+    if (!out) {
+      out.close();
+      ::unlink(tmp_.c_str());
+      throw InputError("writing results file " + quote_value(tmp_, 200) + " failed (disk full?)");
+    }
   }
+  if (trial) {
+    ::unlink(tmp_.c_str());
+    return;
+  }
+  const SignalsHeld held;
   std::error_code ec;
-  fs::rename(tmp, path_, ec);
-  if (ec) throw InputError("cannot move '" + tmp + "' to '" + path_ + "': " + ec.message());
+  fs::rename(tmp_, path_, ec);
+  if (ec) {
+    ::unlink(tmp_.c_str());
+    throw InputError("cannot move " + quote_value(tmp_, 200) + " to " + quote_value(path_, 200) + ": " + ec.message());
+  }
+  written_ = true;
+  if (handling_signals_) g_written = 1;
 }
 
 namespace {

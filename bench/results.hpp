@@ -3,7 +3,7 @@
 // it) with the phasebench context (schema version, backend, device, ceilings)
 // and structured per-benchmark fields. Rewritten after every finished point by
 // write-then-rename, so it is valid JSON at every moment and an interrupted run
-// keeps what it measured.
+// keeps what it measured (and, before its first point, the file it found).
 #include <chrono>
 #include <string>
 
@@ -20,11 +20,15 @@ inline constexpr int kResultsSchemaVersion = 3;
 inline constexpr int kOldestReadableSchemaVersion = 1;
 
 // The file a run writes. Nothing measured is lost or clobbered: the constructor
-// refuses (InputError, before anything runs) a path that is a folder, a device,
-// a FIFO or a link, an existing file unless `overwrite`, and a file another run
-// is writing (its lock, "<path>.lock", holds that run's pid; a lock whose run
-// has died is taken over). It then creates the folder and writes a valid file
-// marked incomplete. The lock goes with the object (and on SIGINT/SIGTERM).
+// refuses (InputError, before anything runs) a path that is a folder (or ends in
+// '/'), a device, a FIFO or a link, an existing file unless `overwrite`, a file
+// another run is writing (its lock, "<path>.lock", holds that run's pid; a lock
+// whose run has died is taken over), and a destination it cannot write (it
+// creates the folder, then writes the whole document once beside the path and
+// removes it). The file itself appears, or replaces the old one, only with the
+// run's first finished point: until then the old file is untouched. Every
+// write is write-then-rename, so the file is a whole, valid document at every
+// moment. The lock goes with the object.
 class ResultsFile {
  public:
   ResultsFile(std::string path, nlohmann::json phasebench_context, bool overwrite = false);
@@ -37,13 +41,23 @@ class ResultsFile {
   void add(nlohmann::json benchmark_entry);
   void set_complete(bool complete);
   void set_phasebench_field(const std::string& key, nlohmann::json value);
+  // Writes the document to the path once it holds a finished point or is complete; before that
+  // it keeps it in memory (an interrupted run then leaves the path as it found it).
   void write();
+  // Whether the path holds this run's document yet (its first point, or the end, was written).
+  bool written() const { return written_; }
   const nlohmann::json& document() const { return doc_; }
+  // From now until the object goes, SIGINT and SIGTERM remove the lock and any half-written
+  // temporary file, print one line that is true at that moment (where the finished `what`
+  // are, or that nothing was written and the old file is untouched) and exit 128 + the
+  // signal (130, 143).
+  void exit_cleanly_on_interrupt(const std::string& what);
 
  private:
   void take_lock();
-  std::string path_, lock_;
-  bool locked_ = false;
+  void write_to_path(bool trial);
+  std::string path_, lock_, tmp_;
+  bool locked_ = false, existed_ = false, written_ = false, handling_signals_ = false;
   nlohmann::json doc_;
 };
 

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -231,9 +232,26 @@ def leaves_out(full: dict, simple: dict) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
+def check_config(path: str | None) -> None:
+    """A --config that is not a regular file (a FIFO would leave the binary waiting for a writer) is refused here."""
+    if path is None:
+        return
     try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing or unreadable: the binary names it
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise Failure(f"--config {path} is {kind}; give the path of a config.json file")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        a = parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2, its line printed): a status, so tests can drive main()
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        check_config(a.config)
         binary = find_binary(a.binary)
         real = a.model or a.config
         hidden = a.hidden if (a.hidden is not None or real) else DEFAULT_HIDDEN

@@ -26,6 +26,12 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& origi
 
 std::string read_text_file(const std::string& path, const std::string& what) {
   std::error_code ec;
+  // A FIFO would leave the read waiting for a writer for ever, a device never end: files only.
+  const auto st = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(st))
+    throw InputError(what + " '" + path + "' is a folder; give the path of a file");
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw InputError(what + " '" + path + "' is not a regular file (a FIFO, device or socket); give the path of a file");
   const auto size = std::filesystem::file_size(path, ec);
   if (!ec && size > kMaxJsonFileBytes)
     throw InputError(what + " '" + path + "' is " + std::to_string(size) + " bytes; phasebench reads files of at most " +

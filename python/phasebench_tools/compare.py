@@ -64,10 +64,11 @@ import re
 import statistics
 import sys
 
+from . import cli
 from . import counters as pc
 from . import results as pr
 
-EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, cli.EXIT_BAD_INPUT
 DEFAULT_ALPHA = 0.05
 DEFAULT_SAME_WITHIN_PCT = 2.0
 
@@ -150,8 +151,8 @@ def verdict(a: pr.Point, b: pr.Point, alpha: float, band: float, method: str = "
                                    f"moved {(ratio - 1) * 100:+.1f}%")
         return {**out, "verdict": v, "why": f"U test p={p:.2g} ({'<' if p < alpha else '>='} {alpha:g}); {why}"}
     ta, tb = a.time or {}, b.time or {}
-    lo_a, hi_a = ta.get("min_s", a.median_s), ta.get("max_s", a.median_s)
-    lo_b, hi_b = tb.get("min_s", b.median_s), tb.get("max_s", b.median_s)
+    lo_a, hi_a = pr._num(ta.get("min_s")) or a.median_s, pr._num(ta.get("max_s")) or a.median_s
+    lo_b, hi_b = pr._num(tb.get("min_s")) or b.median_s, pr._num(tb.get("max_s")) or b.median_s
     disjoint = lo_b > hi_a or hi_b < lo_a
     # The recorded cv, not the min..max range, is the spread: a range widens with every sample taken.
     spreads = (a.cv, b.cv)
@@ -503,15 +504,8 @@ def render(cmp: dict, fmt: str) -> str:
 # CLI
 # --------------------------------------------------------------------------------------
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line on stderr (exit 2), like the tool's other bad-input messages."""
-
-    def error(self, message: str):
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
-
-
 def parser() -> argparse.ArgumentParser:
-    ap = _Parser(
+    ap = cli.Parser(
         description="Compare phasebench results files (ratios against the first), across GPUs or as a same-GPU "
                     "regression check. Each point gets a verdict against the first file: FASTER, SLOWER, SAME or "
                     "AMBIGUOUS (too noisy or too few samples to tell).",
@@ -519,7 +513,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("files", nargs="+", metavar="FILE", help="results JSON written by `phasebench run` (2 or more)")
     ap.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table",
                     help="output format (default: a terminal table)")
-    ap.add_argument("--output", "-o", metavar="PATH", help="write the output here instead of stdout")
+    ap.add_argument("--output", "-o", metavar="PATH",
+                    help="write the output here instead of stdout; never over an input or a results file "
+                         "unless --overwrite")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="let --output replace an input or an existing results file")
     ap.add_argument("--fail-on-regression", type=float, metavar="PCT", default=None,
                     help="exit 1 if a point is SLOWER than in the first file (significant, beyond --same-within) by "
                          "more than PCT percent, or ran there and now fails with an error")
@@ -536,8 +534,8 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def parse_args(ap: argparse.ArgumentParser, argv: list | None = None) -> argparse.Namespace:
-    a = ap.parse_args(argv)
+def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> argparse.Namespace:
+    """The option values argparse cannot check, then the output path: all before any file is read."""
     if len(a.files) < 2:
         ap.error("give two or more results files (the first is the reference)")
     if a.fail_on_regression is not None and not (math.isfinite(a.fail_on_regression) and a.fail_on_regression >= 0):
@@ -546,6 +544,10 @@ def parse_args(ap: argparse.ArgumentParser, argv: list | None = None) -> argpars
         ap.error(f"--alpha must be strictly between 0 and 1, not {a.alpha:g}")
     if not 0 <= a.same_within < 100:
         ap.error(f"--same-within takes a percentage >= 0 and below 100, not {a.same_within:g}")
+    if a.filter is not None:
+        cli.compile_regex(a.filter, "--filter")
+    if a.output is not None:
+        a.output = cli.check_output(a.output, "--output", a.files, a.overwrite)
     return a
 
 
@@ -562,11 +564,7 @@ def compare_counters(a: argparse.Namespace, prog: str) -> int:
         return EXIT_BAD_INPUT
     cmp = pc.diff(ref, other, fail_pct=a.fail_on_regression)
     if a.filter:
-        try:
-            rx = re.compile(a.filter)
-        except re.error as e:
-            print(f"{prog}: error: --filter {a.filter!r} is not a regular expression: {e}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+        rx = cli.compile_regex(a.filter, "--filter")
         cmp["rows"] = [r for r in cmp["rows"] if rx.search(r["point"])]
         cmp["regressions"] = [x for x in cmp["regressions"] if rx.search(x["point"])]
     for w in cmp["warnings"]:
@@ -584,8 +582,11 @@ def compare_counters(a: argparse.Namespace, prog: str) -> int:
 
 def main(argv: list | None = None) -> int:
     ap = parser()
-    a = parse_args(ap, argv)
-    prog = ap.prog  # compare.py from scripts/, phasebench-compare as a console script
+    # compare.py from scripts/, phasebench-compare as a console script
+    return cli.run(ap, lambda a: _main(check_args(ap, a), ap.prog), argv)
+
+
+def _main(a: argparse.Namespace, prog: str) -> int:
     kinds = [pc.file_kind(f) for f in a.files]
     if pc.KIND in kinds:
         if any(k == "results" for k in kinds):
@@ -597,9 +598,7 @@ def main(argv: list | None = None) -> int:
     results, errors = pr.load_many(a.files)
     for e in errors:
         print(f"{prog}: error: {e}", file=sys.stderr)
-    if len(results) < 2:
-        print(f"{prog}: error: {len(results)} usable file(s) of {len(a.files)}; need two to compare",
-              file=sys.stderr)
+    if len(results) < 2:  # each unusable file has had its line: nothing to add but the status
         return EXIT_BAD_INPUT
     try:
         cmp = build_comparison(results, errors, alpha=a.alpha, method=a.significance, fail_pct=a.fail_on_regression,
@@ -630,8 +629,7 @@ def main(argv: list | None = None) -> int:
 
 def _write(text: str, path: str | None) -> None:
     if path:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        cli.write_file(path, text)  # checked by check_args before any file was read
     else:
         sys.stdout.write(text)
 

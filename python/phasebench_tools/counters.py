@@ -35,9 +35,8 @@ def file_kind(path: str) -> str | None:
     """"counters" or "results" for a readable JSON file (None when it cannot be read: the
     results loader then says why)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
+        doc = json.loads(pr.read_bytes(path).decode("utf-8"))
+    except (pr.FileError, ValueError):
         return None
     ctx = doc.get("context", {}) if isinstance(doc, dict) else {}
     pb = ctx.get("phasebench", {}) if isinstance(ctx, dict) else {}
@@ -47,12 +46,11 @@ def file_kind(path: str) -> str | None:
 def load(path: str) -> dict:
     """{"path", "context", "points": {Key: point}} of a counters file; ResultsError when unusable."""
     try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
-    except FileNotFoundError:
-        raise pr.ResultsError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise pr.ResultsError(path, f"cannot be read as text: {e}") from None
+        text = pr.read_bytes(path).decode("utf-8")
+    except pr.FileError as e:
+        raise pr.ResultsError(path, e.reason) from None
+    except UnicodeDecodeError:
+        raise pr.ResultsError(path, "not JSON: the file is binary (not UTF-8 text)") from None
     doc = pr._check_json_text(path, text)  # the loader's own strict-JSON checks and messages
     ctx = doc.get("context", {}).get("phasebench", {}) if isinstance(doc, dict) else {}
     if ctx.get("kind") != KIND:

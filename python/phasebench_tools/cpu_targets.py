@@ -24,10 +24,10 @@ one does not, 2 for unusable input.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 
+from . import cli
 from .results import ResultsError, load_results
 
 GEMV_TARGET = 0.80
@@ -54,6 +54,8 @@ def check(paths: list) -> tuple:
             pr = p.pb.get("paired_read") or {}
             # A suspect paired fraction (above the read it was paired with) is not a result.
             paired = None if pr.get("suspect") else pr.get("fraction_median")
+            if paired is not None and (isinstance(paired, bool) or not isinstance(paired, (int, float))):
+                raise ResultsError(path, f"point {p.name}: paired_read.fraction_median is {paired!r}, not a number")
             row = None
             if big and p.op == "gemv" and p.key.impl == "own" and shape.get("M") == 1:
                 row = gemv
@@ -83,17 +85,16 @@ def verdict(values: list, target: float, at_least: bool = True) -> str:
 
 
 def main(argv: list | None = None) -> int:
-    ap = argparse.ArgumentParser(description="The CPU backend's speed targets, read off results files of "
-                                             "`phasebench run`.")
+    ap = cli.Parser(description="The CPU backend's speed targets, read off results files of `phasebench run`.",
+                    epilog="exit status: 0 every target holds, 1 one does not, 2 bad input (one line on stderr)")
     ap.add_argument("files", nargs="+", help="results files of `phasebench run` on the CPU backend")
-    args = ap.parse_args(argv)
-    try:
-        gemv, attention, paged, lines, warnings = check(args.files)
-    except ResultsError as e:
-        print(f"{ap.prog}: {e}", file=sys.stderr)
-        return 2
+    return cli.run(ap, lambda a: _main(a, ap.prog), argv)
+
+
+def _main(args, prog: str) -> int:
+    gemv, attention, paged, lines, warnings = check(args.files)  # a ResultsError is cli.run's one line
     for w in warnings:
-        print(f"{ap.prog}: warning: {w}", file=sys.stderr)
+        print(f"{prog}: warning: {w}", file=sys.stderr)
     print("points (fraction of the run's read ceiling; of the paired reads):")
     print("\n".join(lines) if lines else "  none of >= 4x LLC")
     print(f"\ndecode GEMV batch 1 >= {GEMV_TARGET:.0%} of the read bandwidth")

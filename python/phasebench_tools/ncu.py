@@ -22,7 +22,6 @@ Exit status: 0; 2 for bad input (a file that cannot be read, no point in common)
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -31,10 +30,11 @@ import re
 import shlex
 import sys
 
+from . import cli
 from . import counters as pc
 from . import results as pr
 
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
+EXIT_OK, EXIT_BAD_INPUT = 0, cli.EXIT_BAD_INPUT
 
 #: (label, ncu metrics summed, how the counters file gives the same quantity)
 COMPARED = (
@@ -244,7 +244,8 @@ def render(rows: list) -> str:
 
 
 def main(argv: list | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="phasebench-ncu", description=__doc__.split("\n\n")[0])
+    ap = cli.Parser(prog="phasebench-ncu", description=__doc__.split("\n\n")[0],
+                    epilog="exit status: 0; 2 bad input (one line on stderr)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("metrics", help="the metric list for ncu --metrics")
     pp = sub.add_parser("plan", help="the points to profile, with their run options")
@@ -254,16 +255,14 @@ def main(argv: list | None = None) -> int:
     pcmp.add_argument("counters")
     pcmp.add_argument("ncu_log")
     pcmp.add_argument("--format", choices=("table", "json"), default="table")
-    a = ap.parse_args(argv)
-    prog = ap.prog
+    return cli.run(ap, lambda a: _main(a, ap.prog), argv)
+
+
+def _main(a, prog: str) -> int:
     if a.cmd == "metrics":
         print(",".join(metrics()))
         return EXIT_OK
-    try:
-        points = load_points(a.counters)
-    except pr.ResultsError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    points = load_points(a.counters)  # a ResultsError is cli.run's one line
     if a.cmd == "plan":
         chosen = []
         for rx in DEFAULT_POINTS:
@@ -273,12 +272,7 @@ def main(argv: list | None = None) -> int:
         for n in chosen[: max(0, a.max)]:
             print(n + "\t" + " ".join(shlex.quote(x) for x in points[n][1]))
         return EXIT_OK
-    try:
-        with open(a.ncu_log, encoding="utf-8", errors="replace") as f:
-            measured = parse_ncu_log(f.read())
-    except OSError as e:
-        print(f"{prog}: error: {a.ncu_log}: cannot be read: {e.strerror or e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    measured = parse_ncu_log(cli.read_bytes(a.ncu_log).decode("utf-8", errors="replace"))
     rows = compare(points, measured)
     if not rows:
         print(f"{prog}: error: no point of {a.ncu_log} is in the counters at {a.counters}", file=sys.stderr)

@@ -14,7 +14,6 @@ files are still reported.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import datetime as _dt
 import html
@@ -22,7 +21,7 @@ import io
 import os
 import sys
 
-from . import compare, roofline
+from . import cli, compare, roofline
 from . import results as pr
 
 CSS = """
@@ -243,21 +242,28 @@ def build_report(results: list, errors: list, title: str | None = None) -> tuple
 
 
 def main(argv: list | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Self-contained HTML report of phasebench results.")
+    ap = cli.Parser(description="Self-contained HTML report of phasebench results.",
+                    epilog="exit status: 0 fine, 2 bad input (a file that cannot be read or an output that "
+                           "must not or cannot be written: one line on stderr)")
     ap.add_argument("files", nargs="+", metavar="FILE", help="results JSON written by `phasebench run`")
-    ap.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
+    ap.add_argument("-o", "--output", default="report.html",
+                    help="HTML file to write (default: report.html); never over an input or a results file "
+                         "unless --overwrite")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="let --output replace an input or an existing results file")
     ap.add_argument("--title", help="page title")
-    a = ap.parse_args(argv)
-    prog = ap.prog  # report.py from scripts/, phasebench-report as a console script
+    return cli.run(ap, lambda a: _main(a, ap.prog), argv)  # report.py from scripts/, or phasebench-report
+
+
+def _main(a, prog: str) -> int:
+    out = cli.check_output(a.output, "--output", a.files, a.overwrite)  # before the work, not after it
     results, errors = pr.load_many(a.files)
     for e in errors:
         print(f"{prog}: error: {e}", file=sys.stderr)
-    if not results:
-        print(f"{prog}: error: no readable results file; no report written", file=sys.stderr)
+    if not results:  # each file has had its line; no report is written
         return 2
     page, shown_errors = build_report(results, errors, a.title)
-    with open(a.output, "w", encoding="utf-8") as f:
-        f.write(page)
+    cli.write_file(out, page, "report")
     print(a.output)
     for e in shown_errors[len(errors):]:
         print(f"{prog}: error: {e}", file=sys.stderr)

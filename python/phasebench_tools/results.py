@@ -53,6 +53,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .cli import FileError, read_bytes
+
 #: Schema versions of context.phasebench.schema_version this module understands.
 SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3)
 
@@ -66,13 +68,8 @@ SAMPLES_SCHEMA_VERSION = 3
 CEILING_SOURCES = ("measured", "datasheet", "theoretical")
 
 
-class ResultsError(Exception):
-    """A results file that cannot be used; the message says which file and why."""
-
-    def __init__(self, path: str, message: str):
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.reason = message
+class ResultsError(FileError):
+    """A results file that cannot be used; the message says which file and why (path, reason)."""
 
 
 @dataclass(frozen=True)
@@ -522,6 +519,27 @@ def _versions_text() -> str:
     return f"version {v[0]}" if len(v) == 1 else f"versions {', '.join(v[:-1])} and {v[-1]}"
 
 
+#: The time statistics an ok point may carry besides median_s: numbers >= 0 where present (null allowed).
+_TIME_STATISTICS = ("mean_s", "stddev_s", "cv", "min_s", "max_s")
+
+
+def _check_time(path: str, name: str, t: Any) -> None:
+    """An ok point's time statistics are numbers every tool can divide by, or the file is refused:
+    a median of 0, a negative one or a string is an edited or foreign file, not a measurement."""
+    if not isinstance(t, dict):
+        raise ResultsError(path, f"point {name} has status ok but no time object (phasebench.time); "
+                                 f"was the file edited or written by another tool?")
+    m = t.get("median_s")
+    if _num(m) is None or m <= 0:
+        raise ResultsError(path, f"point {name}: time.median_s is {json.dumps(m)}; an ok point's median time is a "
+                                 f"positive number of seconds (was the file edited or written by another tool?)")
+    for k in _TIME_STATISTICS:
+        v = t.get(k)
+        if v is not None and (_num(v) is None or v < 0):
+            raise ResultsError(path, f"point {name}: time.{k} is {json.dumps(v)}; it must be a number >= 0 "
+                                     f"(was the file edited or written by another tool?)")
+
+
 def parse_results(doc: Any, path: str = "<results>") -> Results:
     """Validate a parsed results document; raises ResultsError with a clear message."""
     if not isinstance(doc, dict):
@@ -561,6 +579,8 @@ def parse_results(doc: Any, path: str = "<results>") -> Results:
         name = pid if isinstance(pid, str) else key.label()
         if name.endswith("/manual_time"):
             name = name[: -len("/manual_time")]
+        if e.get("status") == "ok":
+            _check_time(path, name, e.get("time"))
         points.append(Point(key=key, name=name, pb=e, entries=counted))
     if not points:
         if without:
@@ -585,14 +605,9 @@ def parse_results(doc: Any, path: str = "<results>") -> Results:
 def load_results(path: str) -> Results:
     """Read and validate one results file; raises ResultsError with a clear message."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise ResultsError(path, "no such file") from None
-    except IsADirectoryError:
-        raise ResultsError(path, "is a directory, not a results file") from None
-    except OSError as e:
-        raise ResultsError(path, f"cannot be read: {e.strerror or e}") from None
+        raw = read_bytes(path)  # a regular file only: a FIFO would hang, a device never end
+    except FileError as e:
+        raise ResultsError(path, e.reason) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

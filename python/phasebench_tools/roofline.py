@@ -28,7 +28,7 @@ roofline: achieved GB/s per point against the bandwidth ceilings, same colours a
 
 from __future__ import annotations
 
-import argparse
+import io
 import math
 import os
 import sys
@@ -40,6 +40,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import EngFormatter, NullFormatter  # noqa: E402
 
+from . import cli  # noqa: E402
 from . import results as pr  # noqa: E402
 
 PHASE_COLORS = {"prefill": "#1f77b4", "decode": "#d62728", "free": "#2ca02c"}
@@ -445,36 +446,55 @@ def decode_linear_figure(results: list, title: str | None = None):
 # --------------------------------------------------------------------------------------
 
 def save(fig, base: str, formats: list) -> list:
+    """The figure in each format, each file written by write-then-rename (cli.write_file)."""
     out = []
     for f in formats:
         path = f"{base}.{f}"
-        fig.savefig(path, dpi=110 if f == "png" else None)
+        buf = io.BytesIO()
+        fig.savefig(buf, format=f, dpi=110 if f == "png" else None)
+        cli.write_file(path, buf.getvalue(), "plot")
         out.append(path)
     plt.close(fig)
     return out
 
 
 def main(argv: list | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Roofline and decode-linear plots (PNG + SVG).")
+    ap = cli.Parser(description="Roofline and decode-linear plots (PNG + SVG).",
+                    epilog="exit status: 0 fine, 2 bad input (a file that cannot be read, or an output that must "
+                           "not or cannot be written: one line on stderr)")
     ap.add_argument("files", nargs="+", metavar="FILE", help="results JSON written by `phasebench run`")
-    ap.add_argument("--out-dir", default="plots", help="where the images go (default: ./plots)")
+    ap.add_argument("--out-dir", default="plots", help="where the images go, created if missing (default: ./plots)")
     ap.add_argument("--formats", default="png,svg", help="comma-separated: png, svg, pdf (default png,svg)")
     ap.add_argument("--overlay-name", default="overlay", help="file name stem of the multi-device overlays")
     ap.add_argument("--no-overlay", action="store_true", help="with several files, skip the overlay plots")
-    a = ap.parse_args(argv)
+    ap.add_argument("--overwrite", action="store_true",
+                    help="let a plot replace an input or an existing results file of the same name")
+    return cli.run(ap, lambda a: _main(ap, a), argv)
+
+
+def _main(ap, a) -> int:
     formats = [f.strip() for f in a.formats.split(",") if f.strip()]
     bad_fmt = [f for f in formats if f not in ("png", "svg", "pdf")]
     if bad_fmt or not formats:
         ap.error(f"unsupported --formats {','.join(bad_fmt) or a.formats!r}; use png, svg, pdf")
+    if not a.overlay_name or os.sep in a.overlay_name or a.overlay_name in (".", ".."):
+        ap.error(f"--overlay-name takes a file name stem, not {a.overlay_name!r}")
     prog = ap.prog  # roofline.py from scripts/, phasebench-roofline as a console script
     results, errors = pr.load_many(a.files)
     for e in errors:
         print(f"{prog}: error: {e}", file=sys.stderr)
     if not results:
         return 2
-    os.makedirs(a.out_dir, exist_ok=True)
-    written = []
+    cli.check_output_dir(a.out_dir, "--out-dir")
     stems = _unique_stems(results)
+    overlay = len(results) > 1 and not a.no_overlay
+    # Every file this run writes, checked before the first is written.
+    bases = [os.path.join(a.out_dir, f"{s}.{kind}") for s in stems + ([a.overlay_name] if overlay else [])
+             for kind in ("roofline", "decode-linear")]
+    for b in bases:
+        for f in formats:
+            cli.check_output(f"{b}.{f}", "--out-dir", a.files, a.overwrite)
+    written = []
     for r, stem in zip(results, stems):
         for w in r.warnings:
             print(f"{prog}: warning: {w}", file=sys.stderr)
@@ -483,7 +503,7 @@ def main(argv: list | None = None) -> int:
                   f"the plot shows the points without them", file=sys.stderr)
         written += save(roofline_figure([r]), os.path.join(a.out_dir, f"{stem}.roofline"), formats)
         written += save(decode_linear_figure([r]), os.path.join(a.out_dir, f"{stem}.decode-linear"), formats)
-    if len(results) > 1 and not a.no_overlay:
+    if overlay:
         written += save(roofline_figure(results), os.path.join(a.out_dir, f"{a.overlay_name}.roofline"), formats)
         written += save(decode_linear_figure(results), os.path.join(a.out_dir, f"{a.overlay_name}.decode-linear"),
                         formats)

@@ -2,17 +2,22 @@
 // through the real binary: results paths it must not replace (an existing file,
 // a folder, a FIFO, a device node made here, a link), another run's lock, usage
 // errors (exit 2 whoever detects them, no results file), listing that only lists,
-// a point whose sizes overflow, oversized and absurd config files, progress.
+// a point whose sizes overflow, oversized and absurd config files, progress; and
+// interruptions by real signals (the old file whole until a first point, a true
+// closing line, 130/143), destinations refused before measuring, --benchmark_out.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -210,29 +215,168 @@ TEST(CliSafety, ProgressSaysRunsDoneElapsedAndLeft) {
   fs::remove_all(d);
 }
 
-TEST(CliSafety, ARunKilledBeforeItsFirstPointLeavesAValidFileMarkedIncomplete) {
-  const auto d = fresh_dir("killed");
-  const auto out = d + "/r.json";
+namespace {
+
+// `phasebench run ARGS` started with stderr into `err`; once `ready()` holds (polled every
+// 10 ms, up to 2 minutes on a loaded machine) it gets `sig`. Returns the wait status, or -1
+// when `ready()` never held (the run is then killed).
+int run_and_signal(const std::vector<std::string>& args, const std::string& err, int sig,
+                   const std::function<bool()>& ready) {
   const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
+  if (pid < 0) return -1;
   if (pid == 0) {
     freopen("/dev/null", "w", stdout);
-    freopen("/dev/null", "w", stderr);
-    // Calibration (seconds of ceiling measurement) comes before the first point.
-    execl(PHASEBENCH_BINARY, PHASEBENCH_BINARY, "run", "--backend=cpu", "--ops", "kv_append", "--model",
-          PHASEBENCH_TEST_DATA_DIR "/tiny-llama.json", "--out", out.c_str(), static_cast<char*>(nullptr));
+    freopen(err.c_str(), "w", stderr);
+    std::vector<char*> argv{const_cast<char*>(PHASEBENCH_BINARY), const_cast<char*>("run")};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(PHASEBENCH_BINARY, argv.data());
     _exit(127);
   }
-  for (int i = 0; i < 600 && !fs::exists(out); ++i) usleep(10000);
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  ASSERT_TRUE(fs::exists(out)) << "the file is written before anything is measured";
-  const auto j = nlohmann::json::parse(read(out));  // valid JSON, whatever the moment of the kill
-  EXPECT_EQ(j.at("context").at("phasebench").at("complete"), false);
+  bool now = false;
+  for (int i = 0; i < 12000 && !(now = ready()); ++i) usleep(10000);
+  kill(pid, now ? sig : SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return now ? st : -1;
+}
+
+std::vector<std::string> tiny_args(const std::string& out, std::vector<std::string> extra) {
+  std::vector<std::string> a{"--backend=cpu", "--ops", "kv_append", "--append-batches", "1", "--append-context", "64",
+                             "--model", PHASEBENCH_TEST_DATA_DIR "/tiny-llama.json", "--no-summary", "--out", out};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+}  // namespace
+
+TEST(CliSafety, ARunKilledBeforeItsFirstPointLeavesNoFileAndItsLock) {
+  const auto d = fresh_dir("killed");
+  const auto out = d + "/r.json", err = d + "/err";
+  // Calibration (seconds of ceiling measurement) comes before the first point.
+  const int st = run_and_signal(tiny_args(out, {}), err, SIGKILL, [&] { return read(err).find("measuring ceilings") != std::string::npos; });
+  ASSERT_NE(st, -1) << "the run never reached its calibration:\n" << read(err);
+  EXPECT_FALSE(fs::exists(out)) << "no file before the first point";
+  EXPECT_FALSE(fs::exists(out + ".tmp")) << "the trial write is gone before anything is measured";
   EXPECT_TRUE(fs::exists(out + ".lock")) << "SIGKILL leaves the lock";
-  // The next run takes the dead run's lock over (and, asked to, the file).
-  const auto r = run_cli(tiny_run(out) + " --overwrite");
+  // The next run takes the dead run's lock over.
+  const auto r = run_cli(tiny_run(out));
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_FALSE(fs::exists(out + ".lock"));
+  fs::remove_all(d);
+}
+
+TEST(CliSafety, AnInterruptBeforeTheFirstPointLeavesTheOldFileWholeAndSaysSo) {
+  const auto d = fresh_dir("interrupted-early");
+  for (const int sig : {SIGINT, SIGTERM}) {
+    for (const bool old : {true, false}) {
+      const auto out = d + "/r" + std::to_string(sig) + (old ? "-old" : "-new") + ".json", err = out + ".err";
+      if (old) std::ofstream(out) << "measured yesterday";
+      const int st = run_and_signal(tiny_args(out, {"--overwrite"}), err, sig,
+                                    [&] { return read(err).find("measuring ceilings") != std::string::npos; });
+      const auto text = read(err);
+      ASSERT_TRUE(WIFEXITED(st)) << "status " << st << "\n" << text;
+      EXPECT_EQ(WEXITSTATUS(st), 128 + sig) << text;
+      if (old) {
+        EXPECT_EQ(read(out), "measured yesterday") << "the old file is replaced only with a finished point";
+        EXPECT_NE(text.find("interrupted before the first point finished; " + out +
+                            " is unchanged (it is replaced only once a point of the new run has finished)"),
+                  std::string::npos) << text;
+      } else {
+        EXPECT_FALSE(fs::exists(out));
+        EXPECT_NE(text.find("interrupted before the first point finished; nothing was measured and " + out +
+                            " was not written"), std::string::npos) << text;
+      }
+      EXPECT_EQ(text.find("results of the finished points"), std::string::npos) << text;
+      EXPECT_FALSE(fs::exists(out + ".lock"));
+      EXPECT_FALSE(fs::exists(out + ".tmp"));
+    }
+  }
+  fs::remove_all(d);
+}
+
+TEST(CliSafety, SigtermAfterTheFirstPointKeepsTheFinishedPointsAndExits143) {
+  const auto d = fresh_dir("interrupted-late");
+  const auto out = d + "/r.json", err = d + "/err";
+  std::ofstream(out) << "measured yesterday";
+  auto has_point = [&] {
+    try {
+      return !nlohmann::json::parse(read(out)).at("benchmarks").empty();
+    } catch (...) {
+      return false;
+    }
+  };
+  // Slow points (half a second each), so that the run is still going when the signal comes.
+  const int st = run_and_signal({"--backend=cpu", "--ops", "decode_linear", "--decode-batches", "1..64", "--model",
+                                 PHASEBENCH_TEST_DATA_DIR "/tiny-llama.json", "--no-calibrate",
+                                 "--benchmark_min_time=0.5", "--overwrite", "--out", out},
+                                err, SIGTERM, has_point);
+  const auto text = read(err);
+  ASSERT_TRUE(WIFEXITED(st)) << "status " << st << "\n" << text;
+  EXPECT_EQ(WEXITSTATUS(st), 143) << text;
+  const auto j = nlohmann::json::parse(read(out));
+  EXPECT_FALSE(j.at("benchmarks").empty());
+  EXPECT_EQ(j.at("context").at("phasebench").at("complete"), false);
+  EXPECT_NE(text.find("interrupted; results of the finished points are in " + out + " (marked incomplete)"),
+            std::string::npos) << text;
+  EXPECT_FALSE(fs::exists(out + ".lock"));
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+  fs::remove_all(d);
+}
+
+TEST(CliSafety, ADestinationThatCannotBeWrittenIsRefusedBeforeMeasuring) {
+  const auto d = fresh_dir("destinations");
+  std::ofstream(d + "/file.txt") << "a file, not a folder";
+  struct Case {
+    std::string out, expect;
+  };
+  for (const auto& c : std::vector<Case>{
+           {d + "/missing/", "names a folder; give a file path, e.g. '" + d + "/missing/run.json'"},
+           {d + "/missing/.", "names a folder"},
+           {d + "/file.txt/r.json", "cannot create the results folder"},
+           {"/proc/self/r.json", "beside the results file"},
+       }) {
+    const auto r = run_cli(tiny_run(c.out));
+    EXPECT_EQ(r.status, 2) << c.out << "\n" << r.out;
+    EXPECT_NE(r.out.find("phasebench: error: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.out << "\n" << r.out;
+    EXPECT_EQ(r.out.find("kv_append/"), std::string::npos) << "refused before running: " << r.out;
+  }
+  EXPECT_FALSE(fs::exists(d + "/missing")) << "a refused path creates nothing";
+  fs::remove_all(d);
+}
+
+TEST(CliSafety, GoogleBenchmarksOwnOutputFileIsRefusedWithAPointerToOut) {
+  const auto d = fresh_dir("benchmark-out");
+  const auto out = d + "/r.json", theirs = d + "/gbench.json";
+  std::ofstream(theirs) << "measured yesterday";
+  for (const std::string& flag : std::vector<std::string>{"--benchmark_out=" + theirs, "--benchmark_out_format=json",
+                                 "--benchmark_out=" + d + "/new.json"}) {
+    const auto r = run_cli(tiny_run(out) + " " + flag);
+    EXPECT_EQ(r.status, 2) << flag << "\n" << r.out;
+    EXPECT_NE(r.out.find("is not taken"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("give --out FILE instead"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(out)) << flag;
+  }
+  EXPECT_EQ(read(theirs), "measured yesterday");
+  EXPECT_FALSE(fs::exists(d + "/new.json"));
+  fs::remove_all(d);
+}
+
+TEST(CliSafety, AFifoOrAFolderGivenAsAnInputFileIsRefusedNotWaitedOn) {
+  const auto d = fresh_dir("fifo-input");
+  const auto fifo = d + "/config.json";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  // `timeout` turns a hang (an open() waiting for a writer) into status 124, a failure here.
+  for (const std::string& args : std::vector<std::string>{"model --config " + fifo, "summary " + fifo,
+                                                          "run --backend=cpu --model " + fifo + " --out " + d + "/r.json",
+                                                          "model --config " + d}) {
+    const auto r = run_cli(args, "timeout 60");
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.out;
+    EXPECT_TRUE(r.out.find("is not a regular file (a FIFO, device or socket)") != std::string::npos ||
+                r.out.find("is a folder; give the path of a file") != std::string::npos)
+        << args << "\n" << r.out;
+  }
+  EXPECT_FALSE(fs::exists(d + "/r.json"));
   fs::remove_all(d);
 }

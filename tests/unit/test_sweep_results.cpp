@@ -1,9 +1,11 @@
-// Sweeps (size lists, names, bad configs), the results file (valid from the start,
-// bad files refused), the summary, and the decode linear crossings a run records.
+// Sweeps (size lists, names, bad configs), the results file (on disk from its first point,
+// valid from then on, bad files refused), the summary, and the decode linear crossings a run records.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include "backend.hpp"
 #include "phasebench/ops/linear.hpp"
@@ -77,24 +79,56 @@ TEST(Sweep, BadConfig) {
   EXPECT_THROW(build_sweep(c, *b), InputError);
 }
 
-TEST(Results, FileIsValidJsonFromTheStart) {
+TEST(Results, FileAppearsWithItsFirstPointAndTheOldOneStaysUntilThen) {
   const auto dir = fs::temp_directory_path() / "phasebench-results-test";
   fs::remove_all(dir);
   const auto path = (dir / "sub" / "r.json").string();
   ResultsFile f(path, {{"backend", "cpu"}});
-  auto j = load_results(path);
-  EXPECT_EQ(j.at("context").at("phasebench").at("complete"), false);
-  EXPECT_EQ(j.at("benchmarks").size(), 0u);
+  EXPECT_TRUE(fs::is_directory(dir / "sub")) << "the folder is made (and tried) before anything runs";
+  f.write();  // the context, before any point: nothing on disk yet
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".tmp")) << "the trial write leaves nothing behind";
+  EXPECT_FALSE(f.written());
   f.add({{"name", "x"}, {"real_time", 1.0}});
   f.write();
-  EXPECT_EQ(load_results(path).at("benchmarks").size(), 1u);
+  EXPECT_TRUE(f.written());
+  auto j = load_results(path);
+  EXPECT_EQ(j.at("benchmarks").size(), 1u);
+  EXPECT_EQ(j.at("context").at("phasebench").at("complete"), false);
   EXPECT_FALSE(fs::exists(path + ".tmp"));
+  // --overwrite: the old file stays whole until the new run's first point.
+  const auto old = (dir / "old.json").string();
+  std::ofstream(old) << "measured yesterday";
+  {
+    ResultsFile g(old, {{"backend", "cpu"}}, true);
+    g.set_phasebench_field("ceilings", nlohmann::json::object());
+    g.write();
+    std::ifstream in(old);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "measured yesterday");
+    g.add({{"name", "y"}, {"real_time", 2.0}});
+    g.write();
+  }
+  EXPECT_EQ(load_results(old).at("benchmarks").size(), 1u);
+  // A run that ends with no point at all still leaves its (complete, empty) file.
+  const auto empty = (dir / "empty.json").string();
+  {
+    ResultsFile e(empty, {{"backend", "cpu"}});
+    e.set_complete(true);
+    e.write();
+  }
+  EXPECT_EQ(load_results(empty).at("context").at("phasebench").at("complete"), true);
   fs::remove_all(dir);
 }
 
 TEST(Results, UnwritablePathIsReportedBeforeRunning) {
   EXPECT_THROW(ResultsFile("/proc/phasebench/r.json", nlohmann::json::object()), InputError);
   EXPECT_THROW(ResultsFile(fs::temp_directory_path().string(), nlohmann::json::object()), InputError);  // a folder
+  const auto missing = (fs::temp_directory_path() / "phasebench-no-such-folder").string();
+  fs::remove_all(missing);
+  EXPECT_THROW(ResultsFile(missing + "/", nlohmann::json::object()), InputError);  // a folder's path, not a file's
+  EXPECT_FALSE(fs::exists(missing)) << "a refused path creates nothing";
+  EXPECT_THROW(ResultsFile("", nlohmann::json::object()), InputError);
 }
 
 TEST(Results, LoadRejectsBadFiles) {
