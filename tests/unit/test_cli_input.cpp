@@ -134,7 +134,6 @@ TEST(CliInput, AGroupWithNothingToRunSaysWhy) {
        "--ops moe: it runs for mixture-of-experts models, and the model " + kTiny + " is not one"},
       {"run --backend=cpu --ops latent_attention --model " + kTiny + " --out " + out,
        "--ops latent_attention: it runs for multi-head latent attention models"},
-      {"run --backend=cpu --ops layer --model mixtral-8x7b --out " + out, "--ops layer: it runs for dense, full-attention"},
       {"run --backend=cpu --ops free --out " + out, "--ops free: the group measures the shapes --shape M,N,K gives"},
   });
 }

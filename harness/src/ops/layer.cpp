@@ -93,18 +93,16 @@ PHASEBENCH_DECLARE_OPS(layer) {
       .help = "whole layers of dense, full-attention models: prefill at prefill_batch x prompt, decode at decode_batch x "
               "context",
       .order = 60,
-      // The whole-layer op is a dense, full-attention layer: models with other
-      // layers (experts, windows, chunks, q/k norms, sinks, MLA) have no whole-layer points.
-      .takes = [](const ModelConfig& m) {
-        return !m.experts && m.windows.empty() && m.chunks.empty() && !m.qk_norm && !m.attention_sinks && !m.uses_mla();
-      },
-      .takes_what = "dense, full-attention models (no experts, sliding windows, chunks, q/k norms, sinks or MLA)",
       .axes = {prefill_batch_axis("prefill_batch", "prefill batch sizes"), prompt_axis("prompt", "prefill prompt lengths"),
                attention_batch_axis("decode_batch", "decode batch sizes"), context_axis("context", "decode context lengths")},
       .points = [](const SweepScope& sc) {
         const ModelConfig& m = *sc.model;
         std::vector<Point> pts;
         if (sc.impls(layer_request(m, Phase::decode, 1, 1, sc.dtype), false).empty()) return pts;
+        // The whole-layer op is a dense, full-attention layer: models with other
+        // layers (experts, windows, chunks, q/k norms, sinks, MLA) have no whole-layer points.
+        if (m.experts || !m.windows.empty() || !m.chunks.empty() || m.qk_norm || m.attention_sinks || m.uses_mla())
+          return pts;
         auto add_point = [&](Phase ph, std::uint64_t B, std::uint64_t n) {
           const bool prefill = ph == Phase::prefill;
           auto p = make_point(std::string(to_string(ph)), "layer", m.name, "", m.name, layer_request(m, ph, B, n, sc.dtype),
