@@ -374,13 +374,13 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend, std
   }
   scope.model = nullptr;
   for (const auto& g : reg.groups()) {
-    if (!g.per_model && wanted(g)) check_requested_group(g, c, {}, gpu);
-    if (!g.per_model && wanted(g))
-      for (DType t : c.dtypes) {
-        scope.dtype = t;
-        scope.axes = axes_of(g);
-        add(g.points(scope));
-      }
+    if (g.per_model || !wanted(g)) continue;
+    check_requested_group(g, c, {}, gpu);
+    for (DType t : c.dtypes) {
+      scope.dtype = t;
+      scope.axes = axes_of(g);
+      add(g.points(scope));
+    }
   }
   return pts;
 }
