@@ -9,11 +9,13 @@
 #include <benchmark/benchmark.h>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "backend.hpp"
 #include "counters.hpp"
@@ -48,6 +50,18 @@ int parse_failed(CLI::App& app, const CLI::ParseError& e) {
   return input_error(std::string(e.what()) + " (see " + app.get_name() + " --help)");
 }
 
+// An option given an empty value (--dtype "", --out "") is a slip, never a
+// request for the default: one line naming it. Flags take no value.
+void refuse_empty_values(const CLI::App& app) {
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->get_expected_max() == 0) continue;
+    for (const auto& r : o->results())
+      if (r.empty())
+        throw InputError(o->get_name() + " was given an empty value; give it a value or leave it out (" + app.get_name() +
+                         " --help)");
+  }
+}
+
 // Parse a subcommand's options, then run its body; usage errors and bad input
 // end with one "error:" line and status 2.
 template <class Body>
@@ -58,6 +72,7 @@ int run_command(CLI::App& app, int argc, char** argv, Body&& body) {
     return parse_failed(app, e);
   }
   try {
+    refuse_empty_values(app);
     return body();
   } catch (const InputError& e) {
     return input_error(e.what());
@@ -86,6 +101,34 @@ std::uint64_t repetitions(int argc, char** argv) {
   if (text.find_first_not_of("0123456789") != std::string::npos || std::stoull("0" + text.substr(0, 18)) == 0)
     throw InputError("--benchmark_repetitions=" + text.substr(0, 40) + ": give a whole number of 1 or more");
   return std::stoull(text.substr(0, 18));
+}
+
+double parse_number(const std::string& text, const std::string& flag, double lo, double hi, const std::string& what);
+
+// Google Benchmark's flags whose values it checks only by exiting (status 0, a
+// usage text, nothing run) or not at all (a negative minimum time): checked
+// here first, each bad value one line.
+void check_benchmark_flags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--benchmark_", 0) != 0) continue;
+    const auto eq = arg.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string flag = arg.substr(0, eq), value = arg.substr(eq + 1);
+    auto refuse = [&](const std::string& should) {
+      throw InputError(flag + "=" + quote_value(value) + ": " + should);
+    };
+    if (value.empty()) refuse("an empty value; give one or leave the flag out");
+    if (flag == "--benchmark_format" || flag == "--benchmark_out_format") {
+      if (value != "console" && value != "json" && value != "csv") refuse("give console, json or csv");
+    } else if (flag == "--benchmark_time_unit") {
+      if (value != "ns" && value != "us" && value != "ms" && value != "s") refuse("give ns, us, ms or s");
+    } else if (flag == "--benchmark_min_time") {
+      parse_number(value, flag, 1e-9, 86400, "seconds above 0 (e.g. 0.1)");
+    } else if (flag == "--benchmark_min_warmup_time") {
+      parse_number(value, flag, 0, 86400, "seconds (0 or more)");
+    }
+  }
 }
 
 std::string source_root() {
@@ -214,10 +257,25 @@ StopRule stop_rule(const RunFlags& f, const Backend& backend, bool min_time_give
   if (min_time_given || f.max_noise == "off") r.by_noise = false;
   if (!f.max_noise.empty() && f.max_noise != "off")
     r.max_noise = parse_number(f.max_noise, "--max-noise", 1e-6, 100, "a percentage above 0 (e.g. 0.5 or 0.5%) or off") / 100;
-  if (!f.min_samples.empty())
-    r.min_samples = static_cast<std::size_t>(parse_number(f.min_samples, "--min-samples", 1, 1e6, "a whole number of samples"));
+  if (!f.min_samples.empty()) {
+    const double n = parse_number(f.min_samples, "--min-samples", 1, 1e6, "a whole number of samples");
+    if (n != std::floor(n)) throw InputError("--min-samples takes a whole number of samples, got '" + f.min_samples + "'");
+    r.min_samples = static_cast<std::size_t>(n);
+  }
   if (!f.max_time.empty()) r.max_time_s = parse_number(f.max_time, "--max-time", 1e-3, 86400, "seconds above 0");
   return r;
+}
+
+// A comma-separated flag value's items; an empty item (a,,b or a trailing
+// comma) is a typo, refused naming the flag.
+std::vector<std::string> list_items(const std::string& text, const std::string& flag) {
+  std::vector<std::string> out;
+  std::string item;
+  std::stringstream ss(text);
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  if (text.empty() || text.back() == ',' || std::find(out.begin(), out.end(), "") != out.end())
+    throw InputError(flag + ": an empty item in " + quote_value(text) + "; give comma-separated values without gaps");
+  return out;
 }
 
 // The sweep the flags ask for. The old flags set their axes first, --axis then
@@ -225,11 +283,15 @@ StopRule stop_rule(const RunFlags& f, const Backend& backend, bool min_time_give
 // for the run to print once its input has passed every check (bad input stays one line).
 SweepConfig sweep_config(const RunFlags& f, bool models_given, std::string& alias_note) {
   SweepConfig cfg;
-  cfg.models.clear();
-  for (auto& m : CLI::detail::split(f.models, ',')) cfg.models.push_back(m);
+  cfg.models = list_items(f.models, "--model");
   cfg.models_given = models_given;
   if (!f.dtypes.empty())
-    for (auto& d : CLI::detail::split(f.dtypes, ',')) cfg.dtypes.push_back(parse_dtype(d));
+    for (auto& d : list_items(f.dtypes, "--dtype")) {
+      const auto t = parse_dtype(d);
+      if (std::find(cfg.dtypes.begin(), cfg.dtypes.end(), t) != cfg.dtypes.end())
+        throw InputError("--dtype " + quote_value(f.dtypes) + " names " + std::string(to_string(t)) + " twice");
+      cfg.dtypes.push_back(t);
+    }
   std::vector<std::string> old, replacements;
   for (const auto& a : axis_aliases()) {
     const auto& text = f.aliases.at(a.flag);
@@ -244,13 +306,25 @@ SweepConfig sweep_config(const RunFlags& f, bool models_given, std::string& alia
                  ", kept for one release as an alias of --axis; instead use " + join_words(replacements, " ") + "\n";
   for (const auto& s : f.shapes) cfg.shapes.push_back(parse_shape(s));
   if (!f.ops.empty())
-    for (auto& g : CLI::detail::split(f.ops, ',')) cfg.groups.insert(g);
+    for (auto& g : list_items(f.ops, "--ops")) cfg.groups.insert(g);
   // --shape alone runs just those shapes.
   if (!cfg.shapes.empty() && f.ops.empty())
     for (const auto& g : OpRegistry::get().groups())
       if (g.from_shapes) cfg.groups.insert(g.name);
   cfg.compare_blas = !f.no_blas;
-  for (const auto& m : cfg.models) load_model(m);  // unknown model: fail before choosing a device
+  // Unknown model: fail before choosing a device. Two entries that are the same
+  // model (or share a name) would make points of the same names.
+  std::map<std::string, std::string> by_name;
+  for (const auto& m : cfg.models) {
+    const auto name = load_model(m).name;
+    if (const auto it = by_name.find(name); it != by_name.end())
+      throw InputError("--model: " +
+                       (it->second == m ? quote_value(m) + " is given twice"
+                                        : quote_value(it->second) + " and " + quote_value(m) + " are both the model " +
+                                              quote_value(name) + " (points are named by it)") +
+                       "; give each model once");
+    by_name[name] = m;
+  }
   return cfg;
 }
 
@@ -288,6 +362,7 @@ nlohmann::json run_context(Backend& backend, const std::string& why, const RunFl
   std::string cmdline;
   for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
   pctx["command_line"] = cmdline;
+  pctx["warnings"] = opts.warnings;  // what the summary repeats: contexts beyond a model's positions
   for (const auto& r : OpRegistry::get().records()) pctx[r.key] = nlohmann::json::array();  // filled in when the sweep ends
   pctx["beyond_caches_bytes"] = kBeyondCachesFactor * backend.device().cache_bytes;  // points' "beyond_caches"
   const auto& stop = opts.stop;
@@ -376,6 +451,11 @@ int cmd_run(int argc, char** argv) {
   // Google Benchmark answers --help with its own flags only and exits; leave
   // --help to CLI11, whose footer names the Google Benchmark flags.
   const bool help = has_flag(argc, argv, "--help") || has_flag(argc, argv, "-h");
+  try {
+    if (!help) check_benchmark_flags(argc, argv);
+  } catch (const InputError& e) {
+    return input_error(e.what());
+  }
   if (!help) benchmark::Initialize(&gb_argc, args.data());
 
   CLI::App app{"Run the benchmark sweep. Google Benchmark's --benchmark_* flags are accepted too.", "phasebench run"};
@@ -389,6 +469,11 @@ int cmd_run(int argc, char** argv) {
     app.parse(gb_argc, args.data());
   } catch (const CLI::ParseError& e) {
     return parse_failed(app, e);
+  }
+  try {
+    refuse_empty_values(app);
+  } catch (const InputError& e) {
+    return input_error(e.what());
   }
 
   if (f.list_axes) {
@@ -426,7 +511,7 @@ int cmd_run(int argc, char** argv) {
     ropts.stop = stop_rule(f, *backend, has_flag(argc, argv, "--benchmark_min_time"));
     // NVML's energy counter moves every few tens of ms, RAPL's every millisecond.
     ropts.energy_window_s = energy_window.value_or(backend->device().backend == "cuda" ? 0.5 : 0.1);
-    const auto points = build_sweep(cfg, *backend);
+    const auto points = build_sweep(cfg, *backend, &ropts.warnings);
     if (points.empty()) throw InputError("the sweep is empty: no selected operation is implemented by this backend for these dtypes");
     const auto filter = benchmark_flag(argc, argv, "benchmark_filter");
     const auto selected = select_points(points, filter);
@@ -435,6 +520,7 @@ int cmd_run(int argc, char** argv) {
                        " points of this sweep (--benchmark_list_tests without the filter lists them)");
     const auto reps = repetitions(argc, argv);
     std::cerr << alias_note;
+    for (const auto& w : ropts.warnings) std::cerr << "phasebench: warning: " << w << "\n";
     if (has_flag(argc, argv, "--benchmark_list_tests") && !has_flag(argc, argv, "--benchmark_list_tests=false")) {
       for (const Point* p : selected) std::cout << p->name << "/manual_time\n";  // as Google Benchmark lists them
       return 0;
@@ -584,19 +670,30 @@ int cmd_model(int argc, char** argv) {
   app.add_flag("--simple", simple, "the simple 12*h^2 weights-only layer model of docs/design.md");
   app.add_option("--hidden", hidden, "hidden size for --simple (default: the model's)");
   app.add_option("--layers", layers, "layers for --simple (default: the model's)");
+  // A size flag of 1 or more; the error echoes the value as typed ("00", "-0"), not as converted.
+  auto size_flag = [&](std::int64_t v, const std::string& flag) -> std::uint64_t {
+    if (v > 0) return static_cast<std::uint64_t>(v);
+    const CLI::Option* o = app.get_option_no_throw(flag);
+    throw InputError(flag + " must be a positive integer, got " +
+                     (o && !o->results().empty() ? o->results().back() : std::to_string(v)));
+  };
   return run_command(app, argc, argv, [&]() -> int {
     const auto table = GpuTable::load();
     const auto spec = table.get(gpu);
     const DType t = parse_dtype(dtype);
-    positive(batch, "--batch");
-    positive(prompt, "--prompt");
-    if (context < 0 || app.count("--context")) positive(context, "--context");
+    size_flag(batch, "--batch");
+    size_flag(prompt, "--prompt");
+    if (context < 0 || app.count("--context")) size_flag(context, "--context");
     if (!config.empty() && !std::filesystem::exists(config))
       throw InputError("--config '" + config + "': no such file; give the path of a Hugging Face config.json");
+    if (!simple && (app.count("--hidden") || app.count("--layers")))
+      throw InputError(std::string(app.count("--hidden") ? "--hidden" : "--layers") +
+                       " sizes the --simple model only; the full model takes its sizes from --model or --config "
+                       "(add --simple, or drop it)");
     if (simple) {
       // Given: must be positive; not given: the model's.
-      const std::uint64_t h = app.count("--hidden") ? positive(hidden, "--hidden") : 0;
-      const std::uint64_t n = app.count("--layers") ? positive(layers, "--layers") : 0;
+      const std::uint64_t h = app.count("--hidden") ? size_flag(hidden, "--hidden") : 0;
+      const std::uint64_t n = app.count("--layers") ? size_flag(layers, "--layers") : 0;
       std::uint64_t H = h, N = n;
       if (h == 0 || n == 0) {
         const auto m = load_model(config.empty() ? model : config);
@@ -624,14 +721,14 @@ int cmd_model(int argc, char** argv) {
     in.batch = static_cast<std::uint64_t>(batch);
     in.prompt = static_cast<std::uint64_t>(prompt);
     in.context = context > 0 ? static_cast<std::uint64_t>(context) : in.prompt;
-    in.new_tokens = positive(new_tokens, "--new-tokens");
+    in.new_tokens = size_flag(new_tokens, "--new-tokens");
     in.dtype = t;
     in.kv_dtype = kv_dtype.empty() ? (element_bytes(t) == 1 ? DType::bf16 : t) : parse_dtype(kv_dtype);
     if (!weight_dtype.empty()) in.weights = WeightFormat::parse(weight_dtype);
-    if (generate < 0 || app.count("--generate")) positive(generate, "--generate");
+    if (generate < 0 || app.count("--generate")) size_flag(generate, "--generate");
     in.generate = static_cast<std::uint64_t>(std::max<std::int64_t>(generate, 0));
     in.allow_long_context = allow_long;
-    in.tp = positive(tp, "--tp");
+    in.tp = size_flag(tp, "--tp");
     if (app.count("--power")) in.power_w = power;
     const auto e = estimate(m, spec, in);
     if (json)
@@ -689,7 +786,15 @@ int cmd_summary(int argc, char** argv) {
   std::string path;
   app.add_option("file", path, "results JSON")->required();
   return run_command(app, argc, argv, [&]() -> int {
-    std::cout << summarize(load_results(path));
+    const auto results = load_results(path);
+    if (standing_points(results).empty()) {
+      // Nothing to summarise is said, not printed as an empty table.
+      const bool finished = run_context(results).value("complete", true) != false;
+      throw InputError("results file '" + path + "' holds no points: " +
+                       (finished ? std::string("its run selected or finished none")
+                                 : std::string("its run was interrupted before its first point finished")));
+    }
+    std::cout << summarize(results);
     return 0;
   });
 }

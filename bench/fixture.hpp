@@ -98,6 +98,9 @@ struct RunOptions {
   // Seconds of back-to-back runs per point over which the energy counter is
   // read (0: no energy); only where the backend has a counter.
   double energy_window_s = 0.5;
+  // What the run warns of before it measures (contexts beyond a model's
+  // max_position_embeddings); the results' context.phasebench.warnings.
+  std::vector<std::string> warnings;
 };
 
 class BenchContext {

@@ -355,9 +355,10 @@ nlohmann::json load_results(const std::string& path) {
   auto j = read_json_file(path, "results file");
   if (!j.is_object() || !j.contains("benchmarks") || !j.at("benchmarks").is_array())
     throw InputError("results file '" + path + "' has no \"benchmarks\" array: not a Google Benchmark / phasebench file");
-  if (!j.contains("context") || !j.at("context").contains("phasebench"))
+  if (!j.contains("context") || !j.at("context").is_object() || !j.at("context").contains("phasebench") ||
+      !j.at("context").at("phasebench").is_object())
     throw InputError("results file '" + path +
-                     "' has no context.phasebench: a plain Google Benchmark file, not written by phasebench");
+                     "' has no context.phasebench object: a plain Google Benchmark file, not written by phasebench");
   const auto& pb = j.at("context").at("phasebench");
   const auto& v = pb.contains("schema_version") ? pb.at("schema_version") : nlohmann::json();
   if (!v.is_number_integer() || v.get<int>() < kOldestReadableSchemaVersion || v.get<int>() > kResultsSchemaVersion)

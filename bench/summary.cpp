@@ -221,6 +221,13 @@ std::string summarize(const nlohmann::json& results) {
   const auto pb = run_context(results);
   std::string out = fmt::format("\nphasebench summary: fraction of roofline ({} ceilings)\n",
                                 c.ceiling_source.empty() ? "no" : c.ceiling_source);
+  if (pb.value("complete", true) == false)
+    out += fmt::format("note: the run did not finish (interrupted, or still running): this covers the {} point(s) it "
+                       "finished\n",
+                       standing.size());
+  if (const auto w = pb.value("warnings", nlohmann::json::array()); w.is_array())
+    for (const auto& x : w)
+      if (x.is_string()) out += "WARNING: " + x.get<std::string>() + "\n";
   out += bandwidth_note(pb);
   out += fraction_table(c);
   // The operations' sections; a record the file holds is read, else computed

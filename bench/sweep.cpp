@@ -27,7 +27,7 @@ std::uint64_t parse_uint(const std::string& s, const std::string& flag) {
   } catch (const std::exception&) {
     throw InputError(flag + ": " + quote_value(s) + " is out of range");
   }
-  if (v == 0) throw InputError(flag + ": sizes must be positive, got 0");
+  if (v == 0) throw InputError(flag + ": sizes must be positive, got " + quote_value(s));
   return v;
 }
 
@@ -123,10 +123,12 @@ std::string axis_names(const SweepGroup& g) {
 
 std::vector<std::uint64_t> parse_size_list(const std::string& text, const std::string& flag) {
   std::vector<std::uint64_t> out;
+  // 1,,2 and 1,2, are typos, not lists with an item left out.
+  if (!text.empty() && (text.front() == ',' || text.back() == ',' || text.find(",,") != std::string::npos))
+    throw InputError(flag + ": an empty item in " + quote_value(text) + "; give sizes like 1,2,4");
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
     if (item[0] == '-' || item[0] == '+')
       throw InputError(flag + ": " + quote_value(item) + " is not a positive integer (sizes are 1 or more)");
     if (item.find(':') != std::string::npos) {
@@ -293,7 +295,41 @@ std::vector<std::string> group_models(const SweepGroup& g, const SweepConfig& c,
   return out;
 }
 
-std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
+namespace {
+
+// A group asked for by --ops that cannot make a point: say what it needs,
+// rather than leave an empty sweep to blame the backend or the dtypes.
+void check_requested_group(const SweepGroup& g, const SweepConfig& c, const std::vector<std::string>& models, bool gpu) {
+  if (!c.groups.count(g.name)) return;
+  if (g.from_shapes && !g.per_model && c.shapes.empty())
+    throw InputError("--ops " + g.name + ": the group measures the shapes --shape M,N,K gives, and none is given");
+  if (!g.per_model || !models.empty()) return;
+  const auto& defaults = gpu ? g.gpu_models : g.cpu_models;
+  const auto& tried = c.models_given || defaults.empty() ? c.models : defaults;
+  std::string names;
+  for (const auto& n : tried) names += (names.empty() ? "" : ", ") + n;
+  throw InputError("--ops " + g.name + ": it runs for " + (g.takes_what.empty() ? std::string("other models") : g.takes_what) +
+                   ", and " + (tried.size() == 1 ? "the model " + names + " is not one" : "none of " + names + " is one") +
+                   (defaults.empty() ? std::string() : "; give --model with one, e.g. " + defaults.front()));
+}
+
+// The longest context (or prompt) of a model's points beyond its max_position_embeddings, as one warning.
+void warn_beyond_positions(const ModelConfig& m, const std::vector<Point>& pts, std::size_t from,
+                           std::vector<std::string>* warnings) {
+  if (!warnings || !m.max_position) return;
+  std::uint64_t longest = 0;
+  for (std::size_t i = from; i < pts.size(); ++i)
+    for (const char* key : {"context", "prompt"})
+      if (const auto it = pts[i].args.find(key); it != pts[i].args.end()) longest = std::max(longest, it->second);
+  if (longest <= m.max_position) return;
+  warnings->push_back(m.name + ": contexts of up to " + std::to_string(longest) + " tokens are beyond the model's " +
+                      "max_position_embeddings (" + std::to_string(m.max_position) +
+                      "): measured anyway, but the model was not trained for them");
+}
+
+}  // namespace
+
+std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend, std::vector<std::string>* warnings) {
   const auto& reg = OpRegistry::get();
   for (const auto& g : c.groups)
     if (!reg.find_group(g)) throw InputError("--ops: unknown group '" + g + "'; use " + group_names());
@@ -316,6 +352,7 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
   for (const auto& g : reg.groups()) {
     if (!wanted(g) || !g.per_model) continue;
     auto& mine = models_of[g.name] = group_models(g, c, gpu);
+    check_requested_group(g, c, mine, gpu);
     for (const auto& name : mine)
       if (!listed(all_models, name)) all_models.push_back(name);
   }
@@ -323,6 +360,7 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
   auto add = [&](std::vector<Point> more) { pts.insert(pts.end(), more.begin(), more.end()); };
   for (const auto& name : all_models) {
     const ModelConfig m = load_model(name);
+    const std::size_t first = pts.size();
     scope.model = &m;
     for (DType t : c.dtypes) {
       scope.dtype = t;
@@ -332,15 +370,18 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
         add(g.points(scope));
       }
     }
+    warn_beyond_positions(m, pts, first, warnings);
   }
   scope.model = nullptr;
-  for (const auto& g : reg.groups())
-    if (!g.per_model && wanted(g))
-      for (DType t : c.dtypes) {
-        scope.dtype = t;
-        scope.axes = axes_of(g);
-        add(g.points(scope));
-      }
+  for (const auto& g : reg.groups()) {
+    if (g.per_model || !wanted(g)) continue;
+    check_requested_group(g, c, {}, gpu);
+    for (DType t : c.dtypes) {
+      scope.dtype = t;
+      scope.axes = axes_of(g);
+      add(g.points(scope));
+    }
+  }
   return pts;
 }
 

@@ -39,8 +39,11 @@ std::vector<std::string> group_models(const SweepGroup& g, const SweepConfig& c,
 
 // Every point of the sweep that the backend implements and that applies (our
 // GEMV for small batches). Points that cannot run (e.g. do not fit) stay in the
-// list: the fixture skips them with the reason.
-std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend);
+// list: the fixture skips them with the reason. A group --ops names that makes
+// no point (no model it runs for; no --shape) is an InputError saying why.
+// `warnings`: where given, one line per model whose contexts or prompts go
+// beyond its max_position_embeddings (measured anyway).
+std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend, std::vector<std::string>* warnings = nullptr);
 
 // "1,2,4"; "1..256" or "1-256" (every power of two from the first bound up to
 // the second); "512:32768:x4" (times 4 from 512 while at most 32768);

@@ -446,14 +446,17 @@ std::string to_text(const Estimate& e) {
   phase_text(out, e.prefill);
   phase_text(out, e.decode);
   out += fmt::format("\nTTFT (prefill of batch {} x prompt {})      {}\n", e.in.batch, e.in.prompt, human_time(e.ttft_s));
-  out += fmt::format("per-token latency (decode at context {})  {}  ({:.1f} tokens/s across the batch)\n", e.in.context,
-                     human_time(e.per_token_s), e.per_token_s > 0 ? e.in.batch / e.per_token_s : 0.0);
+  out += fmt::format("per-token latency (decode at context {})  {}  ({:.1f} tokens/s across the batch, decode step only)\n",
+                     e.in.context, human_time(e.per_token_s), e.per_token_s > 0 ? e.in.batch / e.per_token_s : 0.0);
   if (e.request) {
     const auto& r = *e.request;
+    // One generated token comes from the prefill's logits: there is no decode step to average.
+    const std::string decode = r.generate > 1 ? fmt::format("then {} per token", human_time(r.mean_per_token_s))
+                                              : std::string("the one token from the prefill, no decode step");
     out += fmt::format(
-        "request of {} prompt + {} generated tokens (batch {}): {} in all; TTFT {}, then {} per token "
-        "({:.1f} tokens/s across the batch); prefill is {:.1f}% of the time\n",
-        r.prompt, r.generate, e.in.batch, human_time(r.total_s), human_time(r.ttft_s), human_time(r.mean_per_token_s),
+        "request of {} prompt + {} generated token{} (batch {}): {} in all; TTFT {}, {}; {:.1f} tokens/s across the "
+        "batch over the whole request (prefill included); prefill is {:.1f}% of the time\n",
+        r.prompt, r.generate, r.generate > 1 ? "s" : "", e.in.batch, human_time(r.total_s), human_time(r.ttft_s), decode,
         r.tokens_per_s, 100 * r.prefill_share);
   }
   if (e.energy) {

@@ -383,6 +383,32 @@ std::vector<LayerOp> layer_ops(const ModelConfig& m, const StepShape& step, cons
 
 namespace {
 
+// Decode attention of a chunked layer (Llama 4): new token i of the step sits at
+// position context - 1 + i and sees the tokens of its own chunk up to itself,
+// (position mod chunk) + 1 keys. At context k*chunk the token is the last of a
+// full chunk; at k*chunk + 1 it starts a chunk and attends to itself alone. The
+// step's tokens may straddle a chunk boundary: each run of them within one chunk
+// is costed as a multi-token decode over that chunk, and the runs summed (the
+// fp8 cache's scales read once).
+LayerOp chunked_decode_attention(const ModelConfig& m, const StepShape& step, const Precision& p, std::uint64_t chunk) {
+  if (step.context == 0) throw InputError("a decode step needs a context length >= 1");
+  const auto S = step.new_tokens;
+  OpCost cost;
+  std::uint64_t read = 0, runs = 0;  // keys read per sequence, over the runs
+  for (std::uint64_t i = 0; i < S;) {
+    const auto first = add(step.context - 1, i, "decode positions");  // the run's first token's position
+    const auto in_chunk = std::min(S - i, chunk - first % chunk);     // its tokens up to the chunk's end
+    const auto keys = first % chunk + in_chunk;                        // the run's last token sees these
+    cost += decode_attention_cost({step.batch, m.heads, m.kv_heads, keys, m.head_dim}, p.c, p.a, DecodeQueries{in_chunk, {}});
+    read = add(read, keys, "KV tokens");
+    ++runs;
+    i += in_chunk;
+  }
+  cost.bytes.kv_cache -= (runs - 1) * kv_scale_bytes(m.kv_heads, p.c);
+  const AttentionShape att{step.batch, m.heads, m.kv_heads, read, m.head_dim};
+  return {"attention", "decode_attention", att.shape(), cost};
+}
+
 // Grouped-query attention: fused qkv, (q/k norms), rope, K/V append, attention
 // (within the layer's window), o_proj.
 void add_attention_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const StepShape& step, const Precision& p,
@@ -408,13 +434,17 @@ void add_attention_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const St
     if (kind.window) attention.shape.set("window", kind.window);
     if (kind.chunk) attention.shape.set("chunk", kind.chunk);
   } else {
-    // A sliding-window layer reads at most its window of the cache; a chunked
-    // layer the tokens of the new token's chunk before it (context mod chunk).
-    const auto L = kind.window ? std::min(step.context, kind.window) : kind.chunk ? step.context % kind.chunk : step.context;
-    // S new tokens: the cache holds them too (L + S - 1 keys, so S = 1 reads L),
-    // and new token i sees L + i of them (the decode_attention_multi benchmark's formula).
-    const AttentionShape att{B, m.heads, m.kv_heads, L + S - 1, D};
-    attention = {"attention", "decode_attention", att.shape(), decode_attention_cost(att, p.c, p.a, DecodeQueries{S, {}})};
+    // The step's first new token sees `context` keys, itself among them; S new
+    // tokens: the cache holds them too (L + S - 1 keys, so S = 1 reads L), and
+    // new token i sees L + i of them (the decode_attention_multi benchmark's
+    // formula). A sliding-window layer reads at most its window of the cache.
+    if (kind.chunk) {
+      attention = chunked_decode_attention(m, step, p, kind.chunk);
+    } else {
+      const auto L = kind.window ? std::min(step.context, kind.window) : step.context;
+      const AttentionShape att{B, m.heads, m.kv_heads, L + S - 1, D};
+      attention = {"attention", "decode_attention", att.shape(), decode_attention_cost(att, p.c, p.a, DecodeQueries{S, {}})};
+    }
     if (S > 1) attention.shape.set("S", S);
   }
   attention.variant = window;

@@ -261,7 +261,14 @@ TEST(Moe, SweepPointsNamesAndShapeJson) {
   dense.models_given = true;
   dense.groups = {"moe"};
   apply_defaults(dense, *b);
-  EXPECT_TRUE(build_sweep(dense, *b).empty());
+  // Asked for by --ops, the group says what it runs for rather than leave the sweep empty.
+  try {
+    build_sweep(dense, *b);
+    ADD_FAILURE() << "a dense model for the moe group";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("it runs for mixture-of-experts models, and the model llama-3.1-8b is not one"), std::string::npos)
+        << e.what();
+  }
   SweepConfig given;
   given.models = {"llama-3.1-8b", std::string(PHASEBENCH_TEST_DATA_DIR) + "/tiny-moe.json"};
   given.models_given = true;
