@@ -3,9 +3,11 @@
 // defaults `model --help` and `run --help` state, and where results go by default.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +27,40 @@ TEST(Build, VersionNamesTheVersionAndTheCommit) {
   EXPECT_TRUE(b.git_commit == "unknown" || std::regex_match(b.git_commit, std::regex("[0-9a-f]{40}"))) << b.git_commit;
   EXPECT_FALSE(b.version.empty());
   EXPECT_NE(run_cli("--help").out.find("--version"), std::string::npos);
+}
+
+// cmake/BuildInfo.cmake as the build runs it: the commit of a git checkout, and
+// "unknown" for a tree without .git (a release tarball) or one unpacked inside
+// another repository (which must not take that repository's commit).
+TEST(Build, BuildInfoSaysUnknownOutsideItsOwnCheckout) {
+  const auto info = [](const fs::path& source) {
+    const auto out = fs::temp_directory_path() / "phasebench-build-info.cpp";
+    fs::remove(out);
+    const std::string cmd = std::string(PHASEBENCH_CMAKE_COMMAND) + " -DSOURCE_DIR=" + source.string() +
+                            " -DOUTPUT=" + out.string() +
+                            " -DVERSION=9.9.9 -DBUILD_TYPE=Release -DCOMPILER=X -DBENCHMARK_VERSION=1 -P " +
+                            PHASEBENCH_SOURCE_DIR + "/cmake/BuildInfo.cmake";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream f(out);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  const auto tarball = fs::temp_directory_path() / "phasebench-tarball";
+  fs::remove_all(tarball);
+  fs::create_directories(tarball);
+  const auto outside = info(tarball);
+  EXPECT_NE(outside.find("\"9.9.9\", \"unknown\", false"), std::string::npos) << outside;
+  fs::remove_all(tarball);
+  const auto inside = fs::path(PHASEBENCH_SOURCE_DIR) / "build-info-test-tarball";
+  fs::create_directories(inside);
+  const auto nested = info(inside);
+  fs::remove_all(inside);
+  EXPECT_NE(nested.find("\"9.9.9\", \"unknown\", false"), std::string::npos) << nested;
+  const auto own = info(PHASEBENCH_SOURCE_DIR);
+  EXPECT_TRUE(own.find("\"unknown\"") != std::string::npos ||
+              std::regex_search(own, std::regex("\"9\\.9\\.9\", \"[0-9a-f]{40}\", (true|false)")))
+      << own;
 }
 
 TEST(Build, ModelHelpShowsEveryDefault) {
