@@ -318,7 +318,7 @@ def test_single_samples_fall_back_to_min_max():
 def test_old_schema_uses_min_max_and_says_so():
     r = script("compare.py", SCHEMA1, SLOWER)  # the reference has no raw samples
     assert r.returncode == 0, r.stderr
-    assert "verdicts against A: 0 FASTER, 1 SLOWER, 24 SAME, 0 AMBIGUOUS" in r.stdout
+    assert "verdicts against A on times: 0 FASTER, 1 SLOWER, 24 SAME, 0 AMBIGUOUS" in r.stdout
     row = next(ln for ln in r.stdout.splitlines() if "+50.0%" in ln)
     assert row.split()[-2:] == ["SLOWER", "minmax"]  # the p-value column names the method
     d = json.loads(script("compare.py", SCHEMA1, SLOWER, "--significance=mannwhitney", "--format=json").stdout)
