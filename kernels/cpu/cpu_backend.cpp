@@ -329,8 +329,8 @@ class CpuBackend final : public Backend {
            " rounds each: " + read_kernel_->name();
   }
 
-  // Streaming read of `buf` by all threads (one contiguous share each, read by
-  // `kernel`): bytes/s, best of `reps` (this machine may be shared).
+  // Streaming read of `buf` by all threads with `kernel` (read_kernels.hpp):
+  // bytes/s, best of `reps` (this machine may be shared).
   static double read_bandwidth(const HostBuffer& buf, int reps, const cpu::read::Kernel& kernel) {
     return read_bandwidth(buf.as<std::uint64_t>(), buf.bytes(), reps, kernel);
   }
@@ -340,13 +340,7 @@ class CpuBackend final : public Backend {
     const std::uint64_t words = bytes / 8;
     for (int rep = 0; rep < reps; ++rep) {
       auto t0 = Clock::now();
-      std::uint64_t x = 0;
-#pragma omp parallel reduction(^ : x)
-      {
-        const auto T = static_cast<std::uint64_t>(omp_get_num_threads()), id = static_cast<std::uint64_t>(omp_get_thread_num());
-        const std::uint64_t per = (words / T + 3) / 4 * 4, lo = std::min(words, id * per), hi = std::min(words, lo + per);
-        x ^= kernel.fn(p + lo, hi - lo);
-      }
+      const std::uint64_t x = cpu::read::read_all(kernel, p, words);
       best = std::min(best, seconds_since(t0));
       sink = sink ^ x;
     }

@@ -3,6 +3,10 @@
 // that they are compiled for this machine's instruction set like the other kernels.
 #include "cpu/read_kernels.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
+
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -50,20 +54,49 @@ std::uint64_t xor_streams(const std::uint64_t* p, std::uint64_t words) {
   return r;
 }
 
+// Blocks of the dynamic variants: large enough for every stream to run long
+// (8 streams of 256 KiB), small enough that a descheduled thread's share is
+// taken over (512 MiB is 256 blocks).
+constexpr std::uint64_t kBlockBytes = 2ull << 20;
+
 template <int S, int U, int PF>
-Kernel make() {
-  return Kernel{S, U, PF, &xor_streams<S, U, PF>};
+Kernel make(std::uint64_t block_bytes) {
+  return Kernel{S, U, PF, block_bytes, &xor_streams<S, U, PF>};
 }
 
 }  // namespace
 
 const std::vector<Kernel>& kernels() {
-  static const std::vector<Kernel> all = {
-      make<1, 4, 0>(),   make<1, 8, 0>(),    make<1, 4, 512>(), make<1, 8, 2048>(), make<2, 4, 0>(),
-      make<2, 4, 512>(), make<2, 4, 2048>(), make<4, 2, 0>(),   make<4, 4, 512>(),  make<4, 4, 2048>(),
-      make<8, 2, 0>(),   make<8, 2, 512>(),
-  };
+  static const std::vector<Kernel> all = [] {
+    std::vector<Kernel> v;
+    for (std::uint64_t b : {std::uint64_t{0}, kBlockBytes}) {
+      for (const auto& k : {make<1, 4, 0>(b), make<1, 8, 0>(b), make<1, 4, 512>(b), make<1, 8, 2048>(b),
+                            make<2, 4, 0>(b), make<2, 4, 512>(b), make<2, 4, 2048>(b), make<4, 2, 0>(b),
+                            make<4, 4, 512>(b), make<4, 4, 2048>(b), make<8, 2, 0>(b), make<8, 2, 512>(b)})
+        v.push_back(k);
+    }
+    return v;
+  }();
   return all;
+}
+
+std::uint64_t read_all(const Kernel& k, const std::uint64_t* p, std::uint64_t words) {
+  std::uint64_t x = 0;
+  if (k.block_bytes == 0) {
+#pragma omp parallel reduction(^ : x)
+    {
+      const auto T = static_cast<std::uint64_t>(omp_get_num_threads()), id = static_cast<std::uint64_t>(omp_get_thread_num());
+      // Shares of ceil(words / T) rounded up to whole 32-byte vectors; the last may be short.
+      const std::uint64_t per = ((words + T - 1) / T + 3) / 4 * 4, lo = std::min(words, id * per),
+                          hi = std::min(words, lo + per);
+      x ^= k.fn(p + lo, hi - lo);
+    }
+    return x;
+  }
+  const std::uint64_t bw = k.block_bytes / 8, blocks = (words + bw - 1) / bw;
+#pragma omp parallel for schedule(dynamic, 1) reduction(^ : x)
+  for (std::uint64_t b = 0; b < blocks; ++b) x ^= k.fn(p + b * bw, std::min(bw, words - b * bw));
+  return x;
 }
 
 }  // namespace phasebench::cpu::read

@@ -1,6 +1,7 @@
 // The CPU backend's kernels against the reference, through the seam.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -56,6 +57,17 @@ TEST(ReadKernels, EveryKernelReadsEveryWordOnce) {
         for (std::uint64_t i = 0; i < n; ++i) want ^= data[start + i];
         EXPECT_EQ(k.fn(data.data() + start, n), want) << k.name() << ", " << n << " words from " << start;
       }
+  // All threads together, in one share each or in dynamic blocks (several blocks here).
+  std::vector<std::uint64_t> big(700000);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = (i + 7) * 0xC2B2AE3D27D4EB4Full;
+  for (const auto& k : ks)
+    for (std::uint64_t n : {0, 1, 4099, 262144, 262145, 699999}) {
+      std::uint64_t want = 0;
+      for (std::uint64_t i = 0; i < n; ++i) want ^= big[1 + i];
+      EXPECT_EQ(cpu::read::read_all(k, big.data() + 1, n), want) << k.name() << ", " << n << " words by all threads";
+    }
+  EXPECT_TRUE(std::any_of(ks.begin(), ks.end(), [](const auto& k) { return k.block_bytes > 0; }));
+  EXPECT_EQ(ks.front().block_bytes, 0u);
   std::set<std::string> names;
   for (const auto& k : ks) names.insert(k.name());
   EXPECT_EQ(names.size(), ks.size()) << "each kernel has its own name (the results record the winner by name)";
