@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "backend.hpp"
+#include "build_info.hpp"
 #include "counters.hpp"
 #include "standing.hpp"
 #include "fixture.hpp"
@@ -27,6 +28,7 @@
 #include "phasebench/gpu_specs.hpp"
 #include "phasebench/json_fields.hpp"
 #include "phasebench/model.hpp"
+#include "machine_load.hpp"
 #include "results.hpp"
 #include "overhead.hpp"
 #include "summary.hpp"
@@ -131,10 +133,9 @@ void check_benchmark_flags(int argc, char** argv) {
   }
 }
 
-std::string source_root() {
-  // results/ lives beside the data folder's parent (the repository root).
-  return (std::filesystem::path(data_dir()).parent_path().parent_path() / "results").string();
-}
+// Where results go unless --out says otherwise: results/ under the current
+// directory (not the source tree: a run from elsewhere writes where it runs).
+std::string results_root() { return "results"; }
 
 nlohmann::json device_json(const DeviceInfo& d) {
   nlohmann::json j = d.details;
@@ -201,7 +202,9 @@ void add_sweep_flags(CLI::App& app, RunFlags& f) {
 void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--backend", f.backend, "auto, cuda or cpu")->envname("PHASEBENCH_BACKEND");
   add_sweep_flags(app, f);
-  app.add_option("--out", f.out, "results file (default results/<device>/<UTC time>.json); never replaced unless --overwrite");
+  app.add_option("--out", f.out,
+                 "results file (default results/<device>/<UTC time>.json under the current directory); never replaced "
+                 "unless --overwrite");
   app.add_flag("--overwrite", f.overwrite, "replace the --out file if it exists");
   app.add_option("--cache", f.cache, "cold (flush the last-level cache before each sample) or hot");
   app.add_option("--cold-timing", f.cold_timing,
@@ -350,6 +353,7 @@ int profile_points(Backend& backend, const std::vector<const Point*>& points) {
 nlohmann::json run_context(Backend& backend, const std::string& why, const RunFlags& f, const RunOptions& opts, int argc,
                            char** argv) {
   nlohmann::json pctx;
+  pctx["build"] = build_json();
   pctx["backend"] = backend.device().backend;
   pctx["backend_choice"] = why;
   pctx["device"] = device_json(backend.device());
@@ -406,9 +410,14 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
             std::size_t expected_runs, int argc, char** argv) {
   if (auto no = backend.cannot_time())
     throw InputError(*no + "; use --verify-only to check every point's result, or --backend=cpu to measure the CPU");
-  const std::string path = f.out.empty() ? default_results_path(source_root(), backend.device().slug) : f.out;
+  const std::string path = f.out.empty() ? default_results_path(results_root(), backend.device().slug) : f.out;
+  // How busy the machine is before anything runs (and, below, over the run).
+  const auto load_before = load_snapshot();
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  auto pctx = run_context(backend, why, f, ctx.options(), argc, argv);
+  pctx["machine_load"] = load_json(load_before, std::nullopt, cpus);
   // Refuses now (before any measuring) a path it must not replace or that another run writes.
-  ResultsFile file(path, run_context(backend, why, f, ctx.options(), argc, argv), f.overwrite);
+  ResultsFile file(path, std::move(pctx), f.overwrite);
   file.exit_cleanly_on_interrupt("results");
   if (!f.no_calibrate) {
     std::cerr << "phasebench: measuring ceilings (--no-calibrate to skip)...\n";
@@ -417,11 +426,13 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
     std::cerr << "phasebench: --no-calibrate: percentages use the datasheet ceilings where known\n";
   }
   file.set_phasebench_field("ceilings", ceilings_json(backend.ceilings()));
+  file.set_phasebench_field("device", device_json(backend.device()));  // with what calibrating found (read kernels)
   const char* progress_env = std::getenv("PHASEBENCH_PROGRESS");
   const bool progress = progress_env ? std::string(progress_env) == "1" : ::isatty(2) != 0;
   TeeReporter reporter(file, ctx, expected_runs, progress);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
+  file.set_phasebench_field("machine_load", load_json(load_before, load_snapshot(), cpus));
   if (!f.no_calibrate) check_bandwidth_again(backend, file);
   {
     // The operations' run records (phasebench/report.hpp), from the standing entries.
@@ -460,9 +471,14 @@ int cmd_run(int argc, char** argv) {
 
   CLI::App app{"Run the benchmark sweep. Google Benchmark's --benchmark_* flags are accepted too.", "phasebench run"};
   app.footer(
+      "Sampling (default): each point takes samples until their noise (interquartile range / 1.349 / median)\n"
+      "is at most --max-noise (2% on a CPU, 0.5% on a GPU), with at least --min-samples (5 CPU, 10 GPU) and for\n"
+      "at most --max-time seconds (1 CPU, 3 GPU), then stops unconverged; the point's time is the median sample.\n"
+      "--max-noise off, or --benchmark_min_time=SECONDS alone, use Google Benchmark's loop instead (iterations\n"
+      "for at least the minimum time, 0.1 s unless given; still at least 5 samples).\n"
       "Google Benchmark flags pass through, e.g. --benchmark_filter=REGEX, --benchmark_repetitions=N,\n"
-      "--benchmark_min_time=SECONDS (default here 0.1), --benchmark_enable_random_interleaving=true,\n"
-      "--benchmark_format=console|json|csv, --benchmark_counters_tabular=true, --benchmark_list_tests.");
+      "--benchmark_enable_random_interleaving=true, --benchmark_format=console|json|csv,\n"
+      "--benchmark_counters_tabular=true, --benchmark_list_tests.");
   RunFlags f;
   add_run_flags(app, f);
   try {
@@ -553,7 +569,8 @@ int cmd_counters(int argc, char** argv) {
                                                "those that do not)");
   app.add_flag("--benchmark_list_tests", list, "list the selected points and count nothing");
   app.add_option("--out", f.out,
-                 "counters file (default results/counters/<gpu>/<UTC time>.json); never replaced unless --overwrite");
+                 "counters file (default results/counters/<gpu>/<UTC time>.json under the current directory); never "
+                 "replaced unless --overwrite");
   app.add_flag("--overwrite", f.overwrite, "replace the --out file if it exists");
   return run_command(app, argc, argv, [&]() -> int {
     if (f.list_axes) {
@@ -586,13 +603,14 @@ int cmd_counters(int argc, char** argv) {
       for (const Point* p : selected) std::cout << p->name << "\n";
       return 0;
     }
-    const std::string path = f.out.empty() ? default_results_path(source_root() + "/counters", spec.key) : f.out;
+    const std::string path = f.out.empty() ? default_results_path(results_root() + "/counters", spec.key) : f.out;
     nlohmann::json ctx;
     ctx["kind"] = "counters";
     ctx["counters_schema_version"] = kCountersSchemaVersion;
     ctx["gpu"] = {{"key", spec.key}, {"name", spec.name}};
     ctx["emulated_target"] = *target;
     ctx["device"] = device_json(backend->device());
+    ctx["build"] = build_json();
     std::string cmdline;
     for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
     ctx["command_line"] = cmdline;
@@ -637,15 +655,16 @@ int cmd_model(int argc, char** argv) {
   std::string model = "llama-3.1-8b", config, dtype = "bf16", kv_dtype, gpu = "h100-sxm", weight_dtype, routing = "uniform";
   std::int64_t batch = 1, prompt = 1024, context = 0, hidden = 0, layers = 0, generate = 0, tp = 1, new_tokens = 1;
   bool json = false, simple = false, allow_long = false;
-  app.add_option("--model", model, "shipped model short name (see `phasebench models`)");
+  app.add_option("--model", model, "shipped model short name (see `phasebench models`)")->capture_default_str();
   app.add_option("--config", config, "path to a Hugging Face config.json (overrides --model)");
-  app.add_option("--batch", batch, "sequences per step");
-  app.add_option("--prompt", prompt, "prompt length (prefill step)");
+  app.add_option("--batch", batch, "sequences per step")->capture_default_str();
+  app.add_option("--prompt", prompt, "prompt length (prefill step)")->capture_default_str();
   app.add_option("--context", context, "tokens in the KV cache at the decode step (default: the prompt length)");
   app.add_option("--new-tokens", new_tokens,
                  "new tokens per sequence in the decode step (default 1; S > 1: speculative verification of S tokens, "
-                 "causal among themselves, with logits for each, as the multi-token decode attention benchmarks run them)");
-  app.add_option("--dtype", dtype, "weights/activations: fp32, fp16, bf16, fp8");
+                 "causal among themselves, with logits for each, as the multi-token decode attention benchmarks run them)")
+      ->capture_default_str();
+  app.add_option("--dtype", dtype, "weights/activations: fp32, fp16, bf16, fp8")->capture_default_str();
   app.add_option("--kv-dtype", kv_dtype, "KV cache element type (default: --dtype, 16-bit for 8-bit weights)");
   app.add_option("--weight-dtype", weight_dtype,
                  "the linear layers' weights: bf16, fp16, fp32, fp8 (128x128 block scales), int4 (groups of 128, fp16 "
@@ -656,16 +675,18 @@ int cmd_model(int argc, char** argv) {
   app.add_option("--routing", routing,
                  "how tokens pick experts (MoE): uniform, zipf:S for expert popularity proportional to 1/rank^S, or "
                  "hot:F for a fraction F of the tokens sent to one hot expert; "
-                 "sets how many distinct experts a decode step reads");
+                 "sets how many distinct experts a decode step reads")
+      ->capture_default_str();
   app.add_option("--tp", tp,
                  "tensor-parallel GPUs: each op per GPU (heads, MLP and experts split as Megatron-LM/vLLM do), plus "
-                 "the all-reduces timed on the GPU's interconnect from the spec table");
+                 "the all-reduces timed on the GPU's interconnect from the spec table")
+      ->capture_default_str();
   app.add_flag("--allow-long-context", allow_long, "estimate beyond max_position_embeddings (with a warning)");
   double power = 0;
   app.add_option("--power", power,
                  "each GPU's power draw in watts (e.g. 700): also predict joules per token for prefill and decode, "
                  "and per byte for decode, at that draw");
-  app.add_option("--gpu", gpu, "GPU from the spec table (see `phasebench gpus`)");
+  app.add_option("--gpu", gpu, "GPU from the spec table (see `phasebench gpus`)")->capture_default_str();
   app.add_flag("--json", json, "print JSON (fields documented in docs/model-json.md)");
   app.add_flag("--simple", simple, "the simple 12*h^2 weights-only layer model of docs/design.md");
   app.add_option("--hidden", hidden, "hidden size for --simple (default: the model's)");
@@ -898,6 +919,7 @@ int phasebench_main(int argc, char** argv) {
       "  summary   print the summary of a results file\n"
       "  overhead  compare phasebench's timing with a bare loop\n"
       "  counters  count each point's kernels on the CUDA emulation and estimate its speed of light\n"
+      "  --version the version and git commit of this build\n"
       "`phasebench <command> --help` describes each command's options.\n";
   if (argc < 2) {
     std::cerr << usage;
@@ -918,6 +940,10 @@ int phasebench_main(int argc, char** argv) {
     if (cmd == "summary") return cmd_summary(n, sub.data());
     if (cmd == "overhead") return cmd_overhead(n, sub.data());
     if (cmd == "counters") return counting_build() ? cmd_counters(n, sub.data()) : hand_to_counting_build(argc, argv);
+    if (cmd == "--version" || cmd == "version") {
+      std::cout << version_line() << "\n";
+      return 0;
+    }
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       std::cout << usage;
       return 0;

@@ -418,7 +418,8 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
         {"read_bytes_per_s_median", stats_of(o->paired_read).median},
         {"method", "a streaming read beyond the caches (CPU: 4x the last-level cache, at least 128 MiB, in turn "
                    "from a ring of four) timed right before each sample, outside it; per sample its bytes/s over "
-                   "that read's bytes/s; the median over the samples"}};
+                   "that read's bytes/s; the median over the samples"},
+        {"read", backend_.paired_read_method()}};
     if (suspect)
       j["paired_read"]["why_suspect"] =
           "the point moved more bytes per second than the streaming read timed right before it: not a result "

@@ -18,6 +18,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "build_info.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/json_file.hpp"
 
@@ -255,14 +256,17 @@ bool TeeReporter::ReportContext(const Context& c) {
   nlohmann::json load = nlohmann::json::array();
   for (double l : c.cpu_info.load_avg) load.push_back(num(l));
   j["load_avg"] = load;
-#ifdef NDEBUG
-  j["library_build_type"] = "release";
-#else
-  j["library_build_type"] = "debug";
-#endif
+  // As the library was compiled (what its own JSON reporter writes), not as this program was.
+  const auto library = benchmark_library_build_type();
+  j["library_build_type"] = library;
   file_.set_benchmark_context(std::move(j));
   file_.write();
-  return console_.ReportContext(c);
+  const bool ok = console_.ReportContext(c);
+  if (library == "debug")
+    std::cerr << "phasebench: note: that DEBUG warning is the Google Benchmark library's own build (Debian's: -O2, "
+                 "its checks on); phasebench times each sample itself, outside the library (build.google_benchmark "
+                 "in the results)\n";
+  return ok;
 }
 
 void TeeReporter::ReportRuns(const std::vector<Run>& reports_in) {

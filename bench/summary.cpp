@@ -1,5 +1,6 @@
-// The summary a run ends with (and `phasebench summary FILE` prints): fraction
-// of roofline per phase and op, then each section the operations declare
+// The summary a run ends with (and `phasebench summary FILE` prints): a warning
+// when the machine was busy, fraction of roofline per phase, op and
+// implementation (ours and the vendor library's apart), then each section the operations declare
 // (phasebench/report.hpp, in their order), how the points stopped sampling, and
 // energy. Nothing here is about one operation.
 #include "summary.hpp"
@@ -12,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "machine_load.hpp"
 #include "standing.hpp"
 #include "fixture.hpp"
 #include "phasebench/op.hpp"
@@ -29,8 +31,16 @@ struct Group {
   std::size_t suspect = 0;     // points whose paired fraction is above kPairedSuspectAbove
   std::size_t skipped = 0, errors = 0;
 };
+// A row of the tables: phase, op and implementation (our kernel and the vendor
+// library's are different rows: one median over both would describe neither).
+using RowKey = std::tuple<std::string, std::string, std::string>;
+RowKey row_key(const nlohmann::json& p) {
+  const auto impl = p.value("impl", "");
+  return {p.value("phase", ""), p.value("op", ""), impl.empty() ? "-" : impl};
+}
+
 struct Collected {
-  std::map<std::pair<std::string, std::string>, Group> groups;  // (phase, op) -> its points
+  std::map<RowKey, Group> groups;  // (phase, op, impl) -> its points
   std::string ceiling_source;
   // Points above their roofline: name, fraction, likely cause (fixture.cpp).
   std::vector<std::tuple<std::string, double, std::string>> above;
@@ -48,7 +58,7 @@ struct Collected {
   struct EnergyGroup {
     std::vector<double> watts, joules_per_token, joules_per_byte;
   };
-  std::map<std::pair<std::string, std::string>, EnergyGroup> energy;
+  std::map<RowKey, EnergyGroup> energy;
 };
 
 void collect_measurement(const nlohmann::json& p, Collected& c) {
@@ -72,7 +82,7 @@ void collect_measurement(const nlohmann::json& p, Collected& c) {
   }
   if (!p.contains("energy") || !p.at("energy").contains("joules_per_run")) return;
   const auto& e = p.at("energy");
-  auto& g = c.energy[{p.value("phase", ""), p.value("op", "")}];
+  auto& g = c.energy[row_key(p)];
   g.watts.push_back(e.value("watts", 0.0));
   if (e.value("joules_per_token", nlohmann::json()).is_number()) {
     const auto* report = OpRegistry::get().point_report(p.value("op_kind", ""));
@@ -88,7 +98,7 @@ Collected collect(const Standing& standing) {
   for (const auto* entry : standing) {
     const auto& b = *entry;
     const auto& p = b.at("phasebench");
-    auto& g = c.groups[{p.value("phase", ""), p.value("op", "")}];
+    auto& g = c.groups[row_key(p)];
     const auto status = p.value("status", "");
     if (status == "skipped") ++g.skipped;
     if (status == "error") ++g.errors;
@@ -125,8 +135,8 @@ std::string bandwidth_note(const nlohmann::json& pb) {
       a / 1e9, b / 1e9, 100 * (b / a - 1.0));
 }
 
-// Per phase and op: points, best and median fraction of roofline, skipped,
-// errors, and the paired reads' fraction where any point has one.
+// Per phase, op and implementation: points, best and median fraction of
+// roofline, skipped, errors, and the paired reads' fraction where any point has one.
 std::string fraction_table(const Collected& c) {
   const bool any_paired =
       std::any_of(c.groups.begin(), c.groups.end(), [](const auto& kv) { return !kv.second.paired.empty() || kv.second.suspect; });
@@ -135,28 +145,33 @@ std::string fraction_table(const Collected& c) {
     if (g.paired.empty()) return fmt::format(" {:>8}", "-");
     return fmt::format(" {:>7.1f}% ({})", 100 * median_of(g.paired), g.paired.size());
   };
-  std::size_t w = 18;  // the op column: as wide as the longest op (latent_attention_paged)
-  for (const auto& kv : c.groups) w = std::max(w, kv.first.second.size());
-  std::string out = fmt::format("  {:<8} {:<{}} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", "phase", "op", w, "points", "best",
-                                "median", "skipped", "errors", any_paired ? fmt::format(" {:>8}", "paired") : "");
+  std::size_t w = 18, wi = 4;  // the op column: as wide as the longest op (latent_attention_paged)
+  for (const auto& kv : c.groups) {
+    w = std::max(w, std::get<1>(kv.first).size());
+    wi = std::max(wi, std::get<2>(kv.first).size());
+  }
+  std::string out = fmt::format("  {:<8} {:<{}} {:<{}} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", "phase", "op", w, "impl", wi,
+                                "points", "best", "median", "skipped", "errors",
+                                any_paired ? fmt::format(" {:>8}", "paired") : "");
   for (const auto& [k, g] : c.groups) {
+    const auto& [phase, op, impl] = k;
     if (g.fractions.empty()) {
-      out += fmt::format("  {:<8} {:<{}} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", k.first, k.second, w, 0, "-", "-", g.skipped,
-                         g.errors, paired_cell(g));
+      out += fmt::format("  {:<8} {:<{}} {:<{}} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", phase, op, w, impl, wi, 0, "-", "-",
+                         g.skipped, g.errors, paired_cell(g));
       continue;
     }
-    out += fmt::format("  {:<8} {:<{}} {:>6} {:>7.1f}% {:>7.1f}% {:>8} {:>7}{}\n", k.first, k.second, w, g.fractions.size(),
-                       100 * *std::max_element(g.fractions.begin(), g.fractions.end()), 100 * median_of(g.fractions),
-                       g.skipped, g.errors, paired_cell(g));
+    out += fmt::format("  {:<8} {:<{}} {:<{}} {:>6} {:>7.1f}% {:>7.1f}% {:>8} {:>7}{}\n", phase, op, w, impl, wi,
+                       g.fractions.size(), 100 * *std::max_element(g.fractions.begin(), g.fractions.end()),
+                       100 * median_of(g.fractions), g.skipped, g.errors, paired_cell(g));
   }
   if (any_paired)
     out += "  paired: median over the memory-bound points beyond the caches (their number in brackets) of each\n"
            "  point's median fraction of the streaming read timed right before each of its samples\n";
   for (const auto& [k, g] : c.groups)
     if (g.suspect)
-      out += fmt::format("  note: {} {}: {} point(s) above {:.0f}% of their paired read, left out as suspect "
+      out += fmt::format("  note: {} {} {}: {} point(s) above {:.0f}% of their paired read, left out as suspect "
                          "(paired_read.why_suspect)\n",
-                         k.first, k.second, g.suspect, 100 * kPairedSuspectAbove);
+                         std::get<0>(k), std::get<1>(k), std::get<2>(k), g.suspect, 100 * kPairedSuspectAbove);
   if (!c.above.empty()) {
     // Above 100% is not a fast kernel but a ceiling or cache effect: say which.
     out += fmt::format("  note: {} point(s) above 100% of their roofline; each carries above_roofline.likely_cause:\n",
@@ -206,10 +221,12 @@ std::string energy_section(const Collected& c, const nlohmann::json& pb) {
     return e.contains("why") ? "energy: " + e.at("why").get<std::string>() + "\n" : std::string();
   if (c.energy.empty()) return "energy: no point has a reading (see each point's energy.error)\n";
   std::string out = fmt::format("\nenergy ({}; medians over the points; layer points x the model's layers)\n", e.value("source", ""));
-  out += fmt::format("  {:<8} {:<18} {:>7} {:>9} {:>12} {:>14}\n", "phase", "op", "points", "watts", "J/token", "pJ/B (memory)");
+  out += fmt::format("  {:<8} {:<18} {:<4} {:>7} {:>9} {:>12} {:>14}\n", "phase", "op", "impl", "points", "watts", "J/token",
+                     "pJ/B (memory)");
   auto med = [](const std::vector<double>& v, const char* f) { return v.empty() ? std::string("-") : fmt::format(fmt::runtime(f), median_of(v)); };
   for (const auto& [key, g] : c.energy)
-    out += fmt::format("  {:<8} {:<18} {:>7} {:>9} {:>12} {:>14}\n", key.first, key.second, g.watts.size(), med(g.watts, "{:.0f}"),
+    out += fmt::format("  {:<8} {:<18} {:<4} {:>7} {:>9} {:>12} {:>14}\n", std::get<0>(key), std::get<1>(key),
+                       std::get<2>(key), g.watts.size(), med(g.watts, "{:.0f}"),
                        med(g.joules_per_token, "{:.3g}"),
                        g.joules_per_byte.empty() ? std::string("-") : fmt::format("{:.1f}", median_of(g.joules_per_byte) * 1e12));
   return out;
@@ -228,6 +245,7 @@ std::string summarize(const nlohmann::json& results) {
   if (const auto w = pb.value("warnings", nlohmann::json::array()); w.is_array())
     for (const auto& x : w)
       if (x.is_string()) out += "WARNING: " + x.get<std::string>() + "\n";
+  out += load_warning(pb);
   out += bandwidth_note(pb);
   out += fraction_table(c);
   // The operations' sections; a record the file holds is read, else computed

@@ -103,6 +103,8 @@ class Backend {
   // moment beside it (on a shared machine the read ceiling moves by a third
   // within minutes). Nothing when the backend does not offer it.
   virtual std::optional<double> paired_read() { return std::nullopt; }
+  // How paired_read() reads (for the points' paired_read.method), where it is offered.
+  virtual std::string paired_read_method() const { return {}; }
   // Whether the backend implements this kind of operation for this element type
   // and implementation at all (sweeps are built from it).
   virtual bool implements(std::string_view kind, DType dtype, Impl impl) const = 0;

@@ -191,25 +191,4 @@ inline void dot4(const WT* w, const float* x0, const float* x1, const float* x2,
   out[3] = r3;
 }
 
-// XOR of n 64-bit words: a read whose reduction is never the bottleneck
-// (1-cycle latency), used to measure streaming-read bandwidth.
-inline std::uint64_t xor_reduce(const std::uint64_t* p, std::uint64_t n) {
-  std::uint64_t r = 0;
-  std::uint64_t i = 0;
-#ifdef PB_CPU_AVX2
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
-    a1 = _mm256_xor_si256(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4)));
-    a2 = _mm256_xor_si256(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 8)));
-    a3 = _mm256_xor_si256(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 12)));
-  }
-  alignas(32) std::uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3)));
-  r = lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3];
-#endif
-  for (; i < n; ++i) r ^= p[i];
-  return r;
-}
-
 }  // namespace phasebench::cpu::simd

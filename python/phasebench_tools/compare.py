@@ -6,6 +6,7 @@ Run as `phasebench-compare` or `.venv/bin/python scripts/compare.py` (a thin wra
         [--format table|markdown|csv|json] [--output FILE]
         [--fail-on-regression PCT] [--alpha 0.05] [--same-within 2]
         [--significance auto|mannwhitney|minmax] [--filter REGEX]
+        [--verdicts-on time|fraction]
 
 The first file is the reference. Points are matched on their structured key (phase, op,
 model, target, dtype, impl, args), never on names. For every matched point and file: the
@@ -40,6 +41,18 @@ alpha = --alpha (default 0.05):
 when some point is SLOWER than the reference by more than PCT percent (so a slowdown must
 also be significant and beyond the band: a large change the test cannot confirm is
 AMBIGUOUS and does not fail), or a point that ran in the reference now fails with an error.
+
+Noisy machines. Each file's measured ceilings (the read bandwidth, the compute peak per dtype)
+and what it says about the machine (the load average before and after, the share of the CPU time
+other processes used and the hypervisor stole over the run, the CPU or SM clock) are shown above
+the points. Where a file's measured ceilings differ from the reference's by more than the
+--same-within band, the machine changed between the runs, not only the code: the output says so
+above the verdicts, and gives every point a second verdict on the fraction of each file's own
+measured roofline (the same test, with this file's samples scaled by T_ref / T_this, where T is the
+point's roofline time max(FLOPs / P, bytes / W) against that file's measured ceilings; SLOWER then
+means a smaller fraction of its own roofline). `--verdicts-on fraction` makes those the verdicts
+(counts, AMBIGUOUS list, regression gate; a point without measured ceilings in both files is then
+AMBIGUOUS); the default, `time`, judges the times as measured. --fail-on-regression says which.
 
 Two counters files (`phasebench counters`) are diffed instead (counters.py): every count of
 every matched point, SAME or CHANGED with the counters that differ, and the estimate's
@@ -184,13 +197,68 @@ def _point_cells(p: pr.Point | None) -> dict | None:
     return d
 
 
+VERDICTS_ON = ("time", "fraction")
+VERDICTS_ON_TEXT = {"time": "on times", "fraction": "on fractions of each file's own measured roofline"}
+
+
+class _Scaled:
+    """A point's timing with every sample multiplied by k: what verdict() reads of a point."""
+
+    def __init__(self, p: pr.Point, k: float):
+        t = p.time or {}
+        self.median_s = p.median_s * k
+        self.samples_s = None if p.samples_s is None else [x * k for x in p.samples_s]
+        self.time = {key: t[key] * k for key in ("min_s", "max_s") if pr._num(t.get(key)) is not None}
+        self.cv = p.cv
+
+
+def normalised_verdict(a: pr.Point, b: pr.Point, alpha: float, band: float, method: str = "auto") -> dict:
+    """The verdict on b's fraction of its own measured roofline against a's (see the module docstring).
+
+    b's samples are scaled by T_a / T_b (T: the roofline time against each file's measured ceilings), so
+    the time test judges the fractions; change_pct is the time change after that scaling.
+    """
+    ta, tb = a.roofline_time("measured"), b.roofline_time("measured")
+    if ta is None or tb is None:
+        missing = " and ".join(x for x, t in (("the reference", ta), ("this file", tb)) if t is None)
+        return {"verdict": "AMBIGUOUS", "method": method, "significant": None, "p_value": None, "change_pct": None,
+                "fraction_ratio": None, "why": f"no measured roofline for this point in {missing} to normalise by"}
+    k = ta / tb
+    v = verdict(a, _Scaled(b, k), alpha, band, method)
+    return {**v, "change_pct": (b.median_s * k / a.median_s - 1) * 100, "scale": k,
+            "fraction_ratio": (tb / b.median_s) / (ta / a.median_s)}
+
+
+def ceilings_of(r: pr.Results, dtypes: list) -> dict:
+    """The file's measured read bandwidth and compute peaks (for `dtypes`), None where not measured."""
+    return {"read_bytes_per_s": r.bandwidth_ceiling("measured"),
+            "compute_flops_per_s": {d: r.compute_ceiling(d, "measured") for d in dtypes}}
+
+
+def ceiling_changes(ceilings: list, labels: list, band: float) -> list:
+    """Each measured ceiling of a file that differs from the reference's by more than the band."""
+    out = []
+    ref = ceilings[0]
+    for lab, c in zip(labels[1:], ceilings[1:]):
+        pairs = [("read", "B/s", ref["read_bytes_per_s"], c["read_bytes_per_s"])]
+        pairs += [(f"{d} compute", "FLOP/s", ref["compute_flops_per_s"].get(d), v)
+                  for d, v in c["compute_flops_per_s"].items()]
+        for name, unit, x, y in pairs:
+            if x and y and abs(y / x - 1) > band:
+                out.append({"file": lab, "ceiling": name, "unit": unit, "reference": x, "value": y,
+                            "change_pct": (y / x - 1) * 100})
+    return out
+
+
 def _no_counts() -> dict:
     return {**{v.lower(): 0 for v in VERDICTS}, "not_compared": 0}
 
 
 def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, method: str = "auto",
                      fail_pct: float | None = None, name_filter: str | None = None,
-                     same_within_pct: float = DEFAULT_SAME_WITHIN_PCT) -> dict:
+                     same_within_pct: float = DEFAULT_SAME_WITHIN_PCT, verdicts_on: str = "time") -> dict:
+    if verdicts_on not in VERDICTS_ON:
+        raise ValueError(f"verdicts_on must be one of {VERDICTS_ON}, not {verdicts_on!r}")
     labels = pr.file_labels(len(results))
     m = pr.match(results)
     keys = m.keys
@@ -226,6 +294,33 @@ def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, 
                         "); a regression check is meant for the same GPU")
     new_errors = [{"path": e.path, "message": str(e)} for e in errors]
 
+    # The machines: measured ceilings and what each file says about the load around it.
+    band = same_within_pct / 100
+    dtypes = sorted({k.dtype for k in keys if k.dtype})
+    ceilings = [ceilings_of(r, dtypes) for r in results]
+    machines = [{"label": lab, **ceilings[i], **r.machine()} for i, (lab, r) in enumerate(zip(labels, results))]
+    changes = ceiling_changes(ceilings, labels, band)
+    unmeasured = [lab for lab, c in zip(labels, ceilings) if c["read_bytes_per_s"] is None]
+    for mc in machines:
+        if mc["busy"]:
+            warnings.append(f"{mc['label']}: the machine was busy while it ran ({mc['why']}); its times and "
+                            f"measured ceilings moved with that")
+    ceilings_note = None
+    if changes:
+        shown = "; ".join(f"{c['file']}'s {c['ceiling']} {pr.fmt_si(c['value'], c['unit'])} against "
+                          f"{pr.fmt_si(c['reference'], c['unit'])} ({c['change_pct']:+.1f}%)" for c in changes)
+        ceilings_note = (f"the measured ceilings differ by more than the +/-{same_within_pct:g}% band: {shown}. The "
+                         f"machine changed between the runs, not only the code: verdicts on times include that "
+                         f"change; verdicts on fractions of each file's own measured roofline take it out "
+                         + ("(used here: --verdicts-on fraction)" if verdicts_on == "fraction"
+                            else "(shown beside them; --verdicts-on fraction to judge on them)"))
+        if unmeasured:
+            ceilings_note += f"; {', '.join(unmeasured)} without measured ceilings cannot be normalised"
+        warnings.insert(0, ceilings_note)
+    elif verdicts_on == "fraction" and unmeasured:
+        warnings.append(f"--verdicts-on fraction: {', '.join(unmeasured)} ha{'s' if len(unmeasured) == 1 else 've'} "
+                        f"no measured ceilings (run without --no-calibrate); their points are AMBIGUOUS")
+
     # Files that share nothing with the reference are errors (reported, not compared).
     ref_keys = {k for k in keys if m.table[k][0] is not None}
     for i in range(1, len(results)):
@@ -234,9 +329,10 @@ def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, 
                                "message": f"{results[i].path}: no benchmark in common with the reference "
                                           f"{results[0].path} (different models, ops, dtypes or sweep arguments?)"})
 
-    band = same_within_pct / 100
     points, only_some, status_changes, regressions, ambiguous = [], [], [], [], []
-    counts = _no_counts()
+    counts, other_counts = _no_counts(), _no_counts()
+    other = "time" if verdicts_on == "fraction" else "fraction"
+    show_other = verdicts_on == "fraction" or bool(changes)
     phase_counts: dict = {}  # (phase, file label) -> counts like `counts`
     for k in keys:
         row = m.table[k]
@@ -270,17 +366,23 @@ def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, 
                 continue
             speedup = ref.median_s / p.median_s
             change_pct = (p.median_s / ref.median_s - 1) * 100
-            v = verdict(ref, p, alpha, band, method)
+            by = {"time": {**verdict(ref, p, alpha, band, method), "change_pct": change_pct},
+                  "fraction": normalised_verdict(ref, p, alpha, band, method)}
+            v = by[verdicts_on]
             frac_ratio = (p.fraction / ref.fraction) if (p.fraction and ref.fraction) else None
             entry["vs_first"][labels[i]] = {"speedup": speedup, "time_change_pct": change_pct,
-                                            "fraction_ratio": frac_ratio, **v}
+                                            "fraction_ratio": frac_ratio, **v, "verdicts_on": verdicts_on,
+                                            other: by[other] if show_other else None}
             counts[v["verdict"].lower()] += 1
+            other_counts[by[other]["verdict"].lower()] += 1
             tally[v["verdict"].lower()] += 1
+            judged_change = v["change_pct"]
             if v["verdict"] == "AMBIGUOUS":
-                ambiguous.append({"name": name, "file": labels[i], "time_change_pct": change_pct, "why": v["why"]})
-            if fail_pct is not None and v["verdict"] == "SLOWER" and change_pct > fail_pct:
-                regressions.append({"name": name, "file": labels[i], "kind": "slower", "time_change_pct": change_pct,
-                                    "reference_median_s": ref.median_s, "median_s": p.median_s, "why": v["why"]})
+                ambiguous.append({"name": name, "file": labels[i], "time_change_pct": judged_change, "why": v["why"]})
+            if fail_pct is not None and v["verdict"] == "SLOWER" and judged_change > fail_pct:
+                regressions.append({"name": name, "file": labels[i], "kind": "slower", "time_change_pct": judged_change,
+                                    "reference_median_s": ref.median_s, "median_s": p.median_s, "why": v["why"],
+                                    "verdicts_on": verdicts_on})
         points.append(entry)
 
     # Per-phase geometric means over the points each file shares with the reference.
@@ -306,6 +408,8 @@ def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, 
             "same_within_pct": same_within_pct, "fail_on_regression_pct": fail_pct, "points": points,
             "summary": summary, "only_in_some": only_some, "status_changes": status_changes,
             "regressions": regressions, "ambiguous": ambiguous, "counts": counts,
+            "verdicts_on": verdicts_on, "other_counts": other_counts if show_other else None,
+            "machines": machines, "ceiling_changes": changes, "ceilings_note": ceilings_note,
             "warnings": warnings, "errors": new_errors}
 
 
@@ -342,6 +446,9 @@ def point_rows(cmp: dict) -> tuple[list, list]:
     """The points table in long form: one row per point and file."""
     header = ["point", "file", "status", "time", "TFLOP/s", "GB/s", "% roofline", "speedup vs " + (cmp["reference"] or "A"),
               "time change", "verdict", "p-value"]
+    other = "time" if cmp["verdicts_on"] == "fraction" else "fraction"
+    if cmp["other_counts"] is not None:  # the second verdict: change and verdict
+        header.append("on own roofline" if other == "fraction" else "on times")
     rows = []
     for e in cmp["points"]:
         first = True
@@ -358,10 +465,34 @@ def point_rows(cmp: dict) -> tuple[list, list]:
             p = "-"
             if v:  # minmax has no p-value: the column names the method instead
                 p = f"{v['p_value']:.2g}" if v["p_value"] is not None else v["method"]
-            rows.append(row + ["ok", fmt_time(c["median_s"]), fmt_num(c["tflops"]), fmt_num(c["gbps"]),
-                               fmt_pct(c["fraction_of_roofline"]),
-                               f"{v['speedup']:.3f}x" if v else "-", fmt_pct(v["time_change_pct"], True) if v else "-",
-                               v["verdict"] if v else "-", p])
+            cells = ["ok", fmt_time(c["median_s"]), fmt_num(c["tflops"]), fmt_num(c["gbps"]),
+                     fmt_pct(c["fraction_of_roofline"]),
+                     f"{v['speedup']:.3f}x" if v else "-", fmt_pct(v["time_change_pct"], True) if v else "-",
+                     v["verdict"] if v else "-", p]
+            if cmp["other_counts"] is not None:
+                o = (v or {}).get(other)
+                cells.append(f"{fmt_pct(o['change_pct'], True)} {o['verdict']}" if o else "-")
+            rows.append(row + cells)
+    return header, rows
+
+
+def machine_rows(cmp: dict) -> tuple[list, list]:
+    """Per file: its measured ceilings and what it says about the machine around the run."""
+    dtypes = sorted({d for m in cmp["machines"] for d in m["compute_flops_per_s"]})
+    header = ["file", "measured read", *[f"{d} compute" for d in dtypes], "load before", "load after",
+              "others' CPU", "steal", "clock", "busy"]
+
+    def share(x):
+        return "-" if x is None else f"{x * 100:.0f}%"
+
+    rows = []
+    for m in cmp["machines"]:
+        load = [("-" if x is None else f"{x:.2f}") for x in (m["load_before"], m["load_after"])]
+        clock = "-" if m["clock_mhz"] is None else f"{m['clock_mhz']:.0f} MHz"
+        busy = "-" if m["busy"] is None else ("BUSY" if m["busy"] else "no")
+        rows.append([m["label"], pr.fmt_si(m["read_bytes_per_s"], "B/s"),
+                     *[pr.fmt_si(m["compute_flops_per_s"].get(d), "FLOP/s") for d in dtypes],
+                     *load, share(m["others_share"]), share(m["steal_share"]), clock, busy])
     return header, rows
 
 
@@ -380,11 +511,18 @@ def summary_rows(cmp: dict) -> tuple[list, list]:
 
 
 def counts_text(cmp: dict) -> str:
-    """One line: how many verdicts of each kind against the reference, over every file and phase."""
+    """How many verdicts of each kind against the reference, over every file and phase (and the other kind's)."""
     c = cmp["counts"]
-    return (f"verdicts against {cmp['reference']}: " + ", ".join(f"{c[v.lower()]} {v}" for v in VERDICTS)
-            + f", {c['not_compared']} not compared (method {cmp['significance']}, alpha {cmp['alpha']:g}, "
-              f"SAME within +/-{cmp['same_within_pct']:g}%)")
+    out = (f"verdicts against {cmp['reference']} {VERDICTS_ON_TEXT[cmp['verdicts_on']]}: "
+           + ", ".join(f"{c[v.lower()]} {v}" for v in VERDICTS)
+           + f", {c['not_compared']} not compared (method {cmp['significance']}, alpha {cmp['alpha']:g}, "
+             f"SAME within +/-{cmp['same_within_pct']:g}%)")
+    o = cmp["other_counts"]
+    if o is not None:
+        other = "time" if cmp["verdicts_on"] == "fraction" else "fraction"
+        out += (f"\n{VERDICTS_ON_TEXT[other]} instead: " + ", ".join(f"{o[v.lower()]} {v}" for v in VERDICTS)
+                + (" (--verdicts-on fraction to judge on them)" if other == "fraction" else ""))
+    return out
 
 
 def render_text_table(header: list, rows: list) -> str:
@@ -414,13 +552,17 @@ def render_text(cmp: dict, markdown: bool) -> str:
     fr = [[f["label"], f["path"], f["device"], f["backend"], f["date"] + ("" if f["complete"] else " (INCOMPLETE)"),
            str(f["cache"] or "-"), f["ceiling_used"] or "-"] for f in cmp["files"]]
     out.append(table(fh, fr))
+    out.append("")
+    out.append(h("Machines (measured ceilings; load average and CPU shares around each run)"))
+    out.append(table(*machine_rows(cmp)))
     for w in cmp["warnings"]:
         out.append(("> " if markdown else "") + f"warning: {w}")
     for e in cmp["errors"]:
         out.append(("> " if markdown else "") + f"error: {e['message']}")
     out.append("")
-    out.append(h(f"Points (ratios against {cmp['reference']}; time is the median; verdicts: method "
-                 f"{cmp['significance']}, alpha {cmp['alpha']:g}, SAME within +/-{cmp['same_within_pct']:g}%)"))
+    out.append(h(f"Points (ratios against {cmp['reference']}; time is the median; verdicts "
+                 f"{VERDICTS_ON_TEXT[cmp['verdicts_on']]}: method {cmp['significance']}, alpha {cmp['alpha']:g}, "
+                 f"SAME within +/-{cmp['same_within_pct']:g}%)"))
     out.append(table(*point_rows(cmp)))
     out.append("")
     out.append(h("Per-phase summary (geometric means, verdict counts)"))
@@ -446,13 +588,14 @@ def render_text(cmp: dict, markdown: bool) -> str:
     if cmp["fail_on_regression_pct"] is not None:
         out.append("")
         thr = cmp["fail_on_regression_pct"]
+        on = VERDICTS_ON_TEXT[cmp["verdicts_on"]]
         if cmp["regressions"]:
-            out.append(h(f"REGRESSIONS (SLOWER by more than {thr:g}%, or now failing)"))
+            out.append(h(f"REGRESSIONS (SLOWER by more than {thr:g}%, verdicts {on}, or now failing)"))
             out.append(table(["point", "file", "kind", "time change", "why"],
                              [[r["name"], r["file"], r["kind"], fmt_pct(r.get("time_change_pct"), True),
                                r.get("why", r.get("message", ""))] for r in cmp["regressions"]]))
         else:
-            out.append(f"no regression beyond {thr:g}% against {cmp['reference']}")
+            out.append(f"no regression beyond {thr:g}% against {cmp['reference']} (verdicts {on})")
         if cmp["ambiguous"]:  # the gate cannot see through noise: say so rather than pass silently
             out.append(f"{len(cmp['ambiguous'])} AMBIGUOUS point(s) could not be checked")
     return "\n".join(out) + "\n"
@@ -461,7 +604,7 @@ def render_text(cmp: dict, markdown: bool) -> str:
 CSV_FIELDS = ["name", "phase", "op", "model", "target", "dtype", "impl", "args", "file", "path", "device", "status",
               "median_s", "mean_s", "stddev_s", "samples", "min_s", "max_s", "tflops", "gbps", "intensity",
               "fraction_of_roofline", "bound", "speedup_vs_first", "time_change_pct", "verdict", "p_value",
-              "method", "significant", "why", "present_in"]
+              "method", "significant", "why", "present_in", "verdicts_on", "other_change_pct", "other_verdict"]
 
 
 def render_csv(cmp: dict) -> str:
@@ -487,7 +630,12 @@ def render_csv(cmp: dict) -> str:
                 row.update({"speedup_vs_first": v["speedup"], "time_change_pct": v["time_change_pct"],
                             "verdict": v["verdict"], "p_value": "" if v["p_value"] is None else v["p_value"],
                             "method": v["method"], "why": v["why"],
-                            "significant": "" if v["significant"] is None else str(v["significant"]).lower()})
+                            "significant": "" if v["significant"] is None else str(v["significant"]).lower(),
+                            "verdicts_on": v["verdicts_on"]})
+                o = v.get("fraction" if v["verdicts_on"] == "time" else "time")
+                if o:
+                    row.update({"other_change_pct": "" if o["change_pct"] is None else o["change_pct"],
+                                "other_verdict": o["verdict"]})
             w.writerow(row)
     return buf.getvalue()
 
@@ -531,6 +679,10 @@ def parser() -> argparse.ArgumentParser:
                          "else non-overlapping min..max ranges (default); mannwhitney: only the U test (AMBIGUOUS "
                          "without raw samples); minmax: only min..max ranges (needs no scipy)")
     ap.add_argument("--filter", metavar="REGEX", help="only points whose name (or key label) matches")
+    ap.add_argument("--verdicts-on", choices=VERDICTS_ON, default="time",
+                    help="time: judge the median times as measured (default); fraction: judge each point's fraction "
+                         "of its own file's measured roofline (the samples scaled by the ratio of the two files' "
+                         "roofline times), which takes out a machine whose measured ceilings moved between the runs")
     return ap
 
 
@@ -602,7 +754,7 @@ def _main(a: argparse.Namespace, prog: str) -> int:
         return EXIT_BAD_INPUT
     try:
         cmp = build_comparison(results, errors, alpha=a.alpha, method=a.significance, fail_pct=a.fail_on_regression,
-                               name_filter=a.filter, same_within_pct=a.same_within)
+                               name_filter=a.filter, same_within_pct=a.same_within, verdicts_on=a.verdicts_on)
     except ImportError as e:  # scipy, which only the U test needs
         print(f"{prog}: error: the Mann-Whitney U test needs scipy ({e}); install scripts/requirements.txt, "
               f"or use --significance minmax", file=sys.stderr)
@@ -621,7 +773,8 @@ def _main(a: argparse.Namespace, prog: str) -> int:
     regressed = a.fail_on_regression is not None and bool(cmp["regressions"])
     if regressed:
         n = len(cmp["regressions"])
-        print(f"{prog}: {n} regression(s) beyond {a.fail_on_regression:g}% against {a.files[0]}", file=sys.stderr)
+        print(f"{prog}: {n} regression(s) beyond {a.fail_on_regression:g}% against {a.files[0]} (verdicts "
+              f"{VERDICTS_ON_TEXT[a.verdicts_on]})", file=sys.stderr)
     if cmp["errors"]:
         return EXIT_BAD_INPUT
     return EXIT_REGRESSION if regressed else EXIT_OK

@@ -185,11 +185,13 @@ def comparison_section(cmp: dict, results: list) -> str:
     out = ["<h2>Comparison against " + esc(cmp["reference"]) + "</h2>"]
     out.append(table(["file", "path", "device", "backend", "date", "cache"],
                      [[f["label"], f["path"], f["device"], f["backend"], f["date"], f["cache"]] for f in cmp["files"]]))
+    out.append("<h3>Machines (measured ceilings; load average and CPU shares around each run)</h3>")
+    out.append(table(*compare.machine_rows(cmp)))
     for w in cmp["warnings"]:
         out.append(f"<div class='warn'>{esc(w)}</div>")
     out.append("<h3>Per-phase summary (geometric means, verdict counts)</h3>")
     out.append(table(*compare.summary_rows(cmp), numeric={3, 4, 5, 6, 7, 8, 9, 10, 11}))
-    out.append(f"<p>{esc(compare.counts_text(cmp))}.</p>")
+    out.append("".join(f"<p>{esc(line)}.</p>" for line in compare.counts_text(cmp).splitlines()))
     out.append("<h3>Roofline overlay</h3>")
     out.append(fig_img(roofline.roofline_figure(results), "roofline overlay"))
     if any(roofline.decode_linear_series(r) for r in results):
@@ -214,9 +216,9 @@ def comparison_section(cmp: dict, results: list) -> str:
 def build_report(results: list, errors: list, title: str | None = None) -> tuple[str, list]:
     """(the HTML page, the error messages shown on it)."""
     if title is None:
-        title = ("phasebench report: " + results[0].device_name if len(results) == 1 else
-                 "phasebench comparison: " + " vs ".join(r.device_name for r in results)) if results else \
-            "phasebench report"
+        # The files, not only the devices: two runs on one machine are told apart.
+        title = ("phasebench report: " + roofline.files_title(results) if len(results) == 1 else
+                 "phasebench comparison: " + roofline.files_title(results)) if results else "phasebench report"
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     body = [f"<h1>{esc(title)}</h1>",
             f"<p class='small'>Generated {now} by phasebench-report from "

@@ -257,6 +257,16 @@ class Point:
         """Fraction of the roofline of one ceiling source (measured, datasheet, theoretical), as recorded."""
         return _num(_obj(_obj(self.pb.get("roofline_by_source")).get(source)).get("fraction_of_roofline"))
 
+    def roofline_time(self, source: str = "measured") -> float | None:
+        """max(FLOPs / P, bytes / W) against one source's ceilings as roofline_by_source recorded them: the
+        time the point's roofline allows (its fraction of that roofline is this over its median time)."""
+        r = _obj(_obj(self.pb.get("roofline_by_source")).get(source))
+        P, W = _num(r.get("peak_flops_per_s")), _num(r.get("bandwidth_bytes_per_s"))
+        f, b = self.flops, self.bytes_total
+        if not (P and W and P > 0 and W > 0) or f is None or b is None or max(f, b) <= 0:
+            return None
+        return max(f / P, b / W)
+
     @property
     def above_roofline(self) -> dict | None:
         """{fraction, likely_cause} when the run found the point above its roofline (schema 2), else None."""
@@ -376,6 +386,44 @@ class Results:
 
     def ok_points(self) -> list:
         return [p for p in self.points if p.ok]
+
+    # The machine around the run ------------------------------------------------------
+    def machine(self) -> dict:
+        """What the file says about the machine while it ran, None where it does not say.
+
+        load_before / load_after: the 1-minute load average before and after the sweep
+        (context.phasebench.machine_load; files before it: Google Benchmark's context.load_avg,
+        taken when the sweep started, as load_before); others_share / steal_share: the share of
+        all CPUs' time other processes used and the hypervisor stole over the run; busy and why:
+        the run's own verdict (bench/machine_load.cpp); logical_cpus; clock_mhz and clock: the
+        CPU's nominal MHz (/proc/cpuinfo) or the median SM clock of the points (a GPU).
+        """
+        ml = _obj(self.pb.get("machine_load"))
+
+        def first(v: Any) -> float | None:
+            return _num(v[0]) if isinstance(v, list) and v else None
+
+        before = first(_obj(ml.get("before")).get("load_average"))
+        if before is None and not ml:
+            before = first(self.context.get("load_avg"))
+        during = _obj(ml.get("during"))
+        clock, kind = _num(self.device.get("cpu_mhz")), "CPU MHz (nominal)"
+        if clock is None:
+            sm = sorted(x for x in (_num(_obj(p.pb.get("clocks")).get("sm_mhz")) for p in self.ok_points())
+                        if x is not None)
+            clock, kind = (sm[len(sm) // 2], "median SM MHz of the points") if sm else (None, "")
+        return {"load_before": before, "load_after": first(_obj(ml.get("after")).get("load_average")),
+                "others_share": _num(during.get("other_processes_share")),
+                "steal_share": _num(during.get("steal_share")),
+                "busy": ml.get("busy") if isinstance(ml.get("busy"), bool) else None,
+                "why": str(ml.get("why") or ""),
+                "logical_cpus": _num(ml.get("logical_cpus")) or _num(self.context.get("num_cpus")),
+                "clock_mhz": clock, "clock": kind}
+
+    @property
+    def build(self) -> dict:
+        """context.phasebench.build: version, git_commit, ... of the program that wrote the file ({} before it)."""
+        return _obj(self.pb.get("build"))
 
     # Decode-linear ridge crossings (recorded by `phasebench run` from schema 2 on) ------
     @property

@@ -12,11 +12,18 @@ For every results file it writes (PNG and SVG):
                                  CPU: a hot read, dash-dot; schema 3), which explain hot-cache
                                  points above the memory roof,
                                  every ok point at (intensity, achieved FLOP/s), coloured by
-                                 phase, marked by operation, labelled where it helps;
+                                 phase, marked by operation, filled for our kernels and hollow
+                                 for the vendor library's rows, labelled where a label fits
+                                 without covering a point, a ceiling's label or another label;
   <stem>.decode-linear.{png,svg} decode linear layers: achieved FLOP/s against batch, with the
                                  batch where each layer crosses the ridge, measured and predicted,
                                  as `phasebench run` recorded them (schema 2; a schema 1 file has
-                                 none, and the plot says so).
+                                 none, and the plot says so): each layer's crossings are
+                                 triangles in a strip above the points (measured filled, predicted
+                                 hollow), one row per layer, so crossings at the same batch stay
+                                 apart; a batch's marker is filled where our kernel was the fastest.
+
+Legends sit outside the axes; titles name the files (two runs of one machine are told apart).
 
 With several files it also writes overlay.roofline.{png,svg} and overlay.decode-linear.{png,svg}
 (--overlay-name to change "overlay"): the devices on one plot, coloured by device.
@@ -59,6 +66,76 @@ SERIES_COLORS = plt.get_cmap("tab10").colors
 CACHE_STYLE, CACHE_COLOR = "-.", "#17becf"
 
 
+def is_library(p: pr.Point) -> bool:
+    """A vendor library's row (OpenBLAS, cuBLAS/cuBLASLt) rather than our own kernel."""
+    return bool(p.key.impl) and p.key.impl != "own"
+
+
+def file_names(results: list) -> list:
+    """Each file's name for titles and legends: its base name, with as much of its folder as tells equal names apart."""
+    parts = [os.path.normpath(r.path).split(os.sep) for r in results]
+    names = []
+    for i, ps in enumerate(parts):
+        n = 1
+        while n < len(ps) and any(j != i and parts[j][-n:] == ps[-n:] for j in range(len(parts))):
+            n += 1
+        names.append("/".join(ps[-n:]))
+    return names
+
+
+def files_title(results: list) -> str:
+    """'a.json (AMD EPYC) vs b.json (AMD EPYC)': the files first, each with its device."""
+    return " vs ".join(f"{n} ({r.device_name})" for n, r in zip(file_names(results), results))
+
+
+class LabelPlacer:
+    """Places text on an axes where it covers no point, no other label and nothing already placed.
+
+    Everything works in display coordinates after the figure's layout is final: points and texts
+    already drawn are obstacles; each label tries its candidate offsets in order and is left out
+    when none fits (the legend and the JSON still name every point).
+    """
+
+    def __init__(self, ax):
+        self.ax = ax
+        fig = ax.figure
+        self.renderer = fig.canvas.get_renderer()
+        self.area = ax.get_window_extent(self.renderer)
+        self.taken = []
+
+    def block_points(self, xs: list, ys: list, radius_px: float = 6.0) -> None:
+        for x, y in self.ax.transData.transform(list(zip(xs, ys))) if xs else []:
+            self.taken.append((x - radius_px, y - radius_px, x + radius_px, y + radius_px))
+
+    def block_artist(self, artist) -> None:
+        b = artist.get_window_extent(self.renderer)
+        self.taken.append((b.x0, b.y0, b.x1, b.y1))
+
+    def _free(self, b) -> bool:
+        a = self.area
+        if b.x0 < a.x0 or b.x1 > a.x1 or b.y0 < a.y0 or b.y1 > a.y1:
+            return False
+        return not any(b.x0 < x1 and x0 < b.x1 and b.y0 < y1 and y0 < b.y1 for x0, y0, x1, y1 in self.taken)
+
+    def place(self, text: str, xy, offsets: list, **kw):
+        """Annotate `xy` (data; or a list of places to try in turn) with `text` at the first free offset
+        (dx, dy, ha, va in points); None if none is."""
+        for at in (xy if isinstance(xy, list) else [xy]):
+            for dx, dy, ha, va in offsets:
+                t = self.ax.annotate(text, at, xytext=(dx, dy), textcoords="offset points", ha=ha, va=va, **kw)
+                b = t.get_window_extent(self.renderer)
+                if self._free(b):
+                    self.taken.append((b.x0, b.y0, b.x1, b.y1))
+                    return t
+                t.remove()
+        return None
+
+
+#: Where a point's label may go, in order: right-up, right-down, left-up, left-down, above, below.
+POINT_OFFSETS = [(6, 3, "left", "bottom"), (6, -3, "left", "top"), (-6, 3, "right", "bottom"),
+                 (-6, -3, "right", "top"), (0, 7, "center", "bottom"), (0, -7, "center", "top")]
+
+
 def phase_color(phase: str) -> str:
     return PHASE_COLORS.get(phase, OTHER_PHASE_COLOR)
 
@@ -69,6 +146,15 @@ def op_marker(op: str, _extra: dict = {}) -> str:  # noqa: B006 (a deliberate me
     if op not in _extra:
         _extra[op] = EXTRA_MARKERS[len(_extra) % len(EXTRA_MARKERS)]
     return _extra[op]
+
+
+def marker_keys(points: list):
+    """What picks a point's marker in an overlay (where colour is the device): its operation, or its phase and
+    operation where the operation runs in both phases."""
+    phases: dict = {}
+    for p in points:
+        phases.setdefault(p.op, set()).add(p.phase)
+    return lambda p: p.op if len(phases[p.op]) == 1 else f"{p.phase} {p.op}"
 
 
 def short_label(p: pr.Point) -> str:
@@ -150,16 +236,21 @@ def roofline_figure(results: list, title: str | None = None):
     lo_y = max(min(ys, default=1e9) / 4, min(lo_y_cands, default=1e9) / 2) if ys else min(lo_y_cands, default=1e9) / 2
     hi_y = max(ys + peaks, default=1e12) * 2.5
 
-    # Ceilings.
+    # Ceilings (their labels are placed once the layout is final, below).
+    ceiling_labels = []  # (text, (x, y) in data, offsets, colour)
+    above_line = [(0, 2, "left", "bottom"), (0, -2, "left", "top")] + [(0, 2 + 9 * k, "left", "bottom")
+                                                                        for k in range(1, 5)]
+    at_right = [(0, 2, "right", "bottom"), (0, -2, "right", "top")] + [(0, sgn * (2 + 9 * k), "right", va)
+                                                                       for k in range(1, 5)
+                                                                       for sgn, va in ((1, "bottom"), (-1, "top"))]
     for fi, (r, (comp, bw)) in enumerate(zip(results, lines_per_file)):
         col = DEVICE_COLORS[fi % len(DEVICE_COLORS)] if overlay else "#333333"
-        tag = f"{r.device_name}: " if overlay else ""
+        tag = f"{pr.file_labels(len(results))[fi]}: " if overlay else ""
         for src, W, x_end in bw:
             x1 = min(x_end, hi_x) if x_end else hi_x
             ax.plot([lo_x, x1], [lo_x * W, x1 * W], SOURCE_STYLES.get(src, "-."), color=col, lw=1.6, alpha=0.9)
-            xt = lo_x * 1.6
-            ax.text(xt, xt * W * 1.15, f"{tag}{src} {pr.fmt_si(W, 'B/s')}", color=col, fontsize=7.5,
-                    rotation=0, va="bottom", ha="left", clip_on=True)
+            along = [lo_x * 1.6 * f for f in (1, 3, 9) if lo_x * 1.6 * f < x1] or [lo_x * 1.6]
+            ceiling_labels.append((f"{tag}{src} {pr.fmt_si(W, 'B/s')}", [(x, x * W) for x in along], above_line, col))
         # Cache ceilings (a hot read within the L2 / last-level cache): the roof that
         # explains hot-cache points above the memory roof (ERT's hierarchical roofline).
         p_top = max((P for _, _, P, _ in comp), default=None)
@@ -168,41 +259,38 @@ def roofline_figure(results: list, title: str | None = None):
             x1 = min(p_top / Wc, hi_x) if p_top else hi_x
             ax.plot([lo_x, x1], [lo_x * Wc, x1 * Wc], CACHE_STYLE, color=CACHE_COLOR if not overlay else col, lw=1.3,
                     alpha=0.9)
-            xt = lo_x * 1.6
-            ax.text(xt, xt * Wc * 1.15, f"{tag}{c.get('level', 'cache')} (hot) {pr.fmt_si(Wc, 'B/s')}",
-                    color=CACHE_COLOR if not overlay else col, fontsize=7.5, va="bottom", ha="left", clip_on=True)
+            along = [lo_x * 1.6 * f for f in (1, 3, 9) if lo_x * 1.6 * f < x1] or [lo_x * 1.6]
+            ceiling_labels.append((f"{tag}{c.get('level', 'cache')} (hot) {pr.fmt_si(Wc, 'B/s')}",
+                                   [(x, x * Wc) for x in along], above_line, CACHE_COLOR if not overlay else col))
         for src, d, P, x_start in comp:
             x0 = max(x_start or lo_x, lo_x)
             ax.plot([x0, hi_x], [P, P], SOURCE_STYLES.get(src, "-."), color=col, lw=1.6, alpha=0.9)
-            ax.text(hi_x / 1.08, P * 1.06, f"{tag}{d} {src} {pr.fmt_si(P, 'FLOP/s')}", color=col, fontsize=7.5,
-                    ha="right", va="bottom", clip_on=True)
+            ceiling_labels.append((f"{tag}{d} {src} {pr.fmt_si(P, 'FLOP/s')}", [(hi_x / f, P) for f in (1.08, 4, 16)],
+                                   at_right, col))
 
-    # Points.
+    # Points: marker by operation (by phase too in an overlay where an operation runs in both,
+    # its colour being the device), filled for our kernels, hollow for the vendor library's rows.
+    key = marker_keys([p for pts in flop_pts + zero_pts for p in pts])
     for fi, (r, pts) in enumerate(zip(results, flop_pts)):
         groups: dict = {}
         for p in pts:
-            groups.setdefault((p.phase, p.op), []).append(p)
-        for (phase, op), g in groups.items():
-            if overlay:
-                col = DEVICE_COLORS[fi % len(DEVICE_COLORS)]
-                face = col if phase == "prefill" else "none"
-                ax.scatter([p.intensity for p in g], [p.flops_per_s for p in g], marker=op_marker(op), s=46,
-                           facecolors=face, edgecolors=col, linewidths=1.3, zorder=3)
+            groups.setdefault((p.phase, key(p) if overlay else p.op, is_library(p)), []).append(p)
+        for (phase, mkey, library), g in groups.items():
+            col = DEVICE_COLORS[fi % len(DEVICE_COLORS)] if overlay else phase_color(phase)
+            marker = op_marker(mkey)
+            if library:
+                ax.scatter([p.intensity for p in g], [p.flops_per_s for p in g], marker=marker, s=46,
+                           facecolors="none", edgecolors=col, linewidths=1.4, zorder=3)
             else:
-                col = phase_color(phase)
-                ax.scatter([p.intensity for p in g], [p.flops_per_s for p in g], marker=op_marker(op), s=46,
-                           color=col, edgecolors="black", linewidths=0.4, alpha=0.85, zorder=3)
+                ax.scatter([p.intensity for p in g], [p.flops_per_s for p in g], marker=marker, s=46,
+                           color=col, edgecolors="black" if not overlay else col, linewidths=0.4, alpha=0.85,
+                           zorder=3)
         # Above its roofline: not a fast kernel but cached data or a low ceiling (the
         # point's above_roofline.likely_cause says which); ringed in red.
         above = [p for p in pts if p.above_roofline]
         if above:
             ax.scatter([p.intensity for p in above], [p.flops_per_s for p in above], marker="o", s=150,
                        facecolors="none", edgecolors="#d62728", linewidths=1.6, zorder=4)
-        if not overlay:
-            for i in sorted(_pick_labels(pts)):
-                p = pts[i]
-                ax.annotate(short_label(p), (p.intensity, p.flops_per_s), xytext=(5, 4), textcoords="offset points",
-                            fontsize=7, color="#222222", alpha=0.9)
 
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -222,19 +310,26 @@ def roofline_figure(results: list, title: str | None = None):
     # Legend: colours, markers, line styles.
     handles = []
     all_pts = [p for pts in flop_pts + zero_pts for p in pts]
+    names = file_names(results)
     if overlay:
         for fi, r in enumerate(results):
             handles.append(Line2D([], [], color=DEVICE_COLORS[fi % len(DEVICE_COLORS)], lw=2.5,
-                                  label=f"{r.device_name} ({os.path.basename(r.path)})"))
-        handles.append(Line2D([], [], ls="", marker="o", markerfacecolor="#777777", markeredgecolor="#777777",
-                              label="filled: prefill"))
-        handles.append(Line2D([], [], ls="", marker="o", markerfacecolor="none", markeredgecolor="#777777",
-                              label="hollow: decode / other"))
+                                  label=f"{pr.file_labels(len(results))[fi]}: {names[fi]} ({r.device_name})"))
+        for k in sorted({key(p) for p in all_pts}):
+            handles.append(Line2D([], [], ls="", marker=op_marker(k), color="#555555", markerfacecolor="#555555",
+                                  label=k))
     else:
         for ph in sorted({p.phase for p in all_pts}):
             handles.append(Line2D([], [], ls="", marker="o", color=phase_color(ph), label=f"phase: {ph}"))
-    for op in sorted({p.op for p in all_pts}):
-        handles.append(Line2D([], [], ls="", marker=op_marker(op), color="#555555", markerfacecolor="none", label=op))
+        for op in sorted({p.op for p in all_pts}):
+            handles.append(Line2D([], [], ls="", marker=op_marker(op), color="#555555", markerfacecolor="#555555",
+                                  label=op))
+    if any(is_library(p) for p in all_pts):
+        handles.append(Line2D([], [], ls="", marker="o", markerfacecolor="#555555", markeredgecolor="#555555",
+                              label="filled: our kernel"))
+        libs = "/".join(sorted({p.key.impl for p in all_pts if is_library(p)}))
+        handles.append(Line2D([], [], ls="", marker="o", markerfacecolor="none", markeredgecolor="#555555",
+                              label=f"hollow: vendor library ({libs})"))
     if any(p.above_roofline for p in all_pts):
         handles.append(Line2D([], [], ls="", marker="o", markersize=9, markerfacecolor="none", markeredgecolor="#d62728",
                               label="above its roofline (cached data or a low ceiling: above_roofline in the JSON)"))
@@ -245,44 +340,74 @@ def roofline_figure(results: list, title: str | None = None):
     if levels:
         handles.append(Line2D([], [], ls=CACHE_STYLE, color=CACHE_COLOR,
                               label=f"{'/'.join(levels)} read ceiling (hot data; measured)"))
-    ax.legend(handles=handles, fontsize=7.5, loc="upper left", framealpha=0.85)
+    # Below the axes, where it covers no point.
+    ax.legend(handles=handles, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=3,
+              framealpha=0.85)
 
     if title is None:
         if overlay:
-            title = "Roofline overlay: " + " vs ".join(r.device_name for r in results)
+            title = "Roofline overlay: " + files_title(results)
         else:
             r = results[0]
-            title = f"Roofline: {r.device_name} ({r.backend}), {len(flop_pts[0]) + len(zero_pts[0])} points"
+            title = (f"Roofline: {names[0]} ({r.device_name}, {r.backend}), "
+                     f"{len(flop_pts[0]) + len(zero_pts[0])} points")
     ax.set_title(title, fontsize=11)
 
-    if axb is not None:
-        _bandwidth_panel(axb, results, zero_pts, overlay)
+    panel_labels = _bandwidth_panel(axb, results, zero_pts, overlay, key) if axb is not None else []
     fig.tight_layout()
+    if axb is not None:
+        placer_b = LabelPlacer(axb)
+        placer_b.block_points(list(range(sum(len(z) for z in zero_pts))),
+                              [p.bytes_per_s for pts in zero_pts for p in pts])
+        for text, xy, offsets, col in panel_labels:
+            placer_b.place(text, xy, offsets, color=col, fontsize=7)
+    # Labels last, on the final layout: the ceilings' first, then the points' where they fit.
+    placer = LabelPlacer(ax)
+    placer.block_points([p.intensity for pts in flop_pts for p in pts], [p.flops_per_s for pts in flop_pts for p in pts])
+    for text, xy, offsets, col in ceiling_labels:
+        placer.place(text, xy, offsets, color=col, fontsize=7.5)
+    if not overlay:
+        pts = flop_pts[0]
+        for i in sorted(_pick_labels(pts), key=lambda i: (pts[i].intensity, pts[i].flops_per_s)):
+            p = pts[i]
+            placer.place(short_label(p), (p.intensity, p.flops_per_s), POINT_OFFSETS, fontsize=7, color="#222222")
     return fig
 
 
-def _bandwidth_panel(ax, results: list, zero_pts: list, overlay: bool) -> None:
-    """0-FLOP operations: achieved B/s per point against the bandwidth ceilings."""
+def _bandwidth_panel(ax, results: list, zero_pts: list, overlay: bool, key) -> list:
+    """0-FLOP operations: achieved B/s per point against the bandwidth ceilings.
+
+    Returns the ceilings' labels (text, (x, y), offsets, colour), placed once the layout is final.
+    """
     labels, x = [], 0
     ys = []
     for fi, (r, pts) in enumerate(zip(results, zero_pts)):
         for p in pts:
             col = DEVICE_COLORS[fi % len(DEVICE_COLORS)] if overlay else phase_color(p.phase)
-            ax.scatter([x], [p.bytes_per_s], marker=op_marker(p.op), s=50, color=col, edgecolors="black",
-                       linewidths=0.4, zorder=3)
+            marker = op_marker(key(p) if overlay else p.op)
+            if is_library(p):
+                ax.scatter([x], [p.bytes_per_s], marker=marker, s=50, facecolors="none", edgecolors=col,
+                           linewidths=1.4, zorder=3)
+            else:
+                ax.scatter([x], [p.bytes_per_s], marker=marker, s=50, color=col, edgecolors="black",
+                           linewidths=0.4, zorder=3)
             labels.append((f"{pr.file_labels(len(results))[fi]}: " if overlay else "") + short_label(p).replace(
                 p.op, p.op.replace("kv_append", "kv_app")))
             ys.append(p.bytes_per_s)
             x += 1
-    ws = []
+    ws, texts = [], []
+    offsets = [(0, 2, "left", "bottom"), (0, -2, "left", "top")] + [(0, sgn * (2 + 9 * k), "left", va)
+                                                                    for k in range(1, 4)
+                                                                    for sgn, va in ((1, "bottom"), (-1, "top"))]
     for fi, r in enumerate(results):
         col = DEVICE_COLORS[fi % len(DEVICE_COLORS)] if overlay else "#333333"
+        tag = f"{pr.file_labels(len(results))[fi]}: " if overlay else ""
         for src in pr.CEILING_SOURCES:
             W = r.bandwidth_ceiling(src)
             if W:
                 ws.append(W)
                 ax.axhline(W, ls=SOURCE_STYLES.get(src, "-."), color=col, lw=1.4)
-                ax.text(-0.4, W * 1.06, f"{src} {pr.fmt_si(W, 'B/s')}", color=col, fontsize=7, va="bottom")
+                texts.append((f"{tag}{src} {pr.fmt_si(W, 'B/s')}", (-0.45, W), offsets, col))
     ax.set_yscale("log")
     lo = min(ys + ws) / 3 if ys + ws else 1e6
     hi = max(ys + ws) * 3 if ys + ws else 1e12
@@ -291,9 +416,11 @@ def _bandwidth_panel(ax, results: list, zero_pts: list, overlay: bool) -> None:
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
     ax.yaxis.set_major_formatter(EngFormatter(unit="B/s"))
+    _minor_labels(ax, "B/s")
     ax.set_ylabel("achieved bandwidth (minimum bytes / median time)")
     ax.set_title("0-FLOP ops: bandwidth only", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
+    return texts
 
 
 def _minor_labels(ax, unit: str) -> None:
@@ -371,8 +498,19 @@ def _roof_ceilings(r: pr.Results, dtype: str, prefer: str) -> tuple[str, float, 
     return None
 
 
+#: The crossings strip above the decode-linear plot: the predicted crossings' marker per ceiling source
+#: (hollow; the measured crossing is a filled triangle, "> B" an arrow at the largest batch).
+PREDICTED_MARKERS = {"measured": "o", "datasheet": "s", "theoretical": "D"}
+
+
 def decode_linear_figure(results: list, title: str | None = None):
-    """Achieved FLOP/s against batch for the decode linear layers; one panel per file and dtype."""
+    """Achieved FLOP/s against batch for the decode linear layers; one panel per file and dtype.
+
+    Each panel has a strip above it with one row per layer holding its crossings (measured: a filled
+    triangle, predicted: a hollow marker per ceiling source), so crossings at the same batch never hide
+    each other and no vertical line crosses the points; a point is filled where our kernel was the
+    fastest at that batch, hollow where the vendor library was.
+    """
     panels = []
     for r in results:
         series = decode_linear_series(r)
@@ -385,22 +523,38 @@ def decode_linear_figure(results: list, title: str | None = None):
                 ha="center", va="center")
         return fig
     n = len(panels)
-    fig, axes = plt.subplots(1, n, figsize=(max(9, 8 * n), 7.5), squeeze=False)
-    for ax, (r, dtype, series) in zip(axes[0], panels):
+    rows = max(len(series) for _, _, series in panels)
+    fig, axes = plt.subplots(2, n, figsize=(max(9, 8 * n), 8.5 + 0.18 * rows), squeeze=False, sharex="col",
+                             gridspec_kw={"height_ratios": [0.6 + 0.22 * rows, 6]})
+    names = dict(zip((id(r) for r in results), file_names(results)))
+    for col_i, (r, dtype, series) in enumerate(panels):
+        strip, ax = axes[0][col_i], axes[1][col_i]
         all_b = sorted({b for x in series for b in x["batches"]})
         sources = []  # predicted-crossing sources drawn in this panel, for the legend
         for si, x in enumerate(series):
             col = SERIES_COLORS[si % len(SERIES_COLORS)]
-            ax.plot(x["batches"], [p.flops_per_s for p in x["points"]], "-o", color=col, ms=4, lw=1.4,
-                    label=crossing_label(r, x))
+            ys = [p.flops_per_s for p in x["points"]]
+            ax.plot(x["batches"], ys, "-", color=col, lw=1.4, label=crossing_label(r, x), zorder=2)
+            own = [(b, y) for b, y, p in zip(x["batches"], ys, x["points"]) if not is_library(p)]
+            lib = [(b, y) for b, y, p in zip(x["batches"], ys, x["points"]) if is_library(p)]
+            if own:
+                ax.scatter(*zip(*own), marker="o", s=22, color=col, zorder=3)
+            if lib:
+                ax.scatter(*zip(*lib), marker="o", s=22, facecolors="white", edgecolors=col, linewidths=1.3,
+                           zorder=3)
             c = r.crossing(x["model"], x["target"], dtype)
+            row = len(series) - 1 - si  # the first layer on top
             if c is None:
                 continue
-            if c["measured"]["batch"] is not None:
-                ax.axvline(c["measured"]["batch"], color=col, ls="-", lw=1.0, alpha=0.7)
-            for src, v in c["predicted"].items():
+            m = c["measured"]
+            if m["batch"] is not None:
+                strip.scatter([m["batch"]], [row], marker="v", s=48, color=col, zorder=3)
+            elif m["text"].startswith(">") and all_b:
+                strip.scatter([all_b[-1]], [row], marker=">", s=48, color=col, zorder=3)
+            for k, (src, v) in enumerate(c["predicted"].items()):
                 if v["batch"] is not None:
-                    ax.axvline(v["batch"], color=col, ls=PREDICTED_STYLES.get(src, "-."), lw=1.0, alpha=0.55)
+                    strip.scatter([v["batch"]], [row + 0.22 * (k - 1)], marker=PREDICTED_MARKERS.get(src, "P"), s=30,
+                                  facecolors="none", edgecolors=col, linewidths=1.2, zorder=3)
                 if src not in sources:
                     sources.append(src)
         # The attainable roofline of the first layer, with the ceilings its crossings (else the run) used.
@@ -414,9 +568,9 @@ def decode_linear_figure(results: list, title: str | None = None):
             w, a_in, a_out = _element_sizes(p0)
             bs = [all_b[0] * (all_b[-1] / all_b[0]) ** (i / 60) for i in range(61)] if len(all_b) > 1 else all_b
             att = [min(P, linear_intensity(b, N, K, w, a_in, a_out) * W) for b in bs]
-            ax.plot(bs, att, color="#888888", lw=2.2, alpha=0.5,
+            ax.plot(bs, att, color="#888888", lw=2.2, alpha=0.5, zorder=1,
                     label=f"attainable min(P, I(B)*W), {src} ceilings ({x0['target']})")
-            ax.axhline(P, color="#888888", ls=SOURCE_STYLES.get(src, "-."), lw=1)
+            ax.axhline(P, color="#888888", ls=SOURCE_STYLES.get(src, "-."), lw=1, zorder=1)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(all_b)
@@ -425,18 +579,31 @@ def decode_linear_figure(results: list, title: str | None = None):
         ax.set_xlabel("batch (sequences; M = batch in decode)")
         ax.set_ylabel("achieved FLOP/s (fastest implementation per batch)")
         ax.grid(True, alpha=0.3)
+        strip.set_ylim(-0.7, len(series) - 0.3)
+        strip.set_yticks(range(len(series)))
+        strip.set_yticklabels([x["target"] or x["model"] for x in reversed(series)], fontsize=7)
+        strip.grid(True, axis="x", alpha=0.3)
+        strip.tick_params(axis="x", labelbottom=False)
+        strip.set_title(title or f"Decode linear layers, {dtype}: {names[id(r)]} ({r.device_name}, {r.backend})",
+                        fontsize=10.5)
+        if not r.crossings_recorded:
+            strip.text(0.5, 0.5, f"ridge crossings {r.crossings_absent_text}", transform=strip.transAxes,
+                       ha="center", va="center", fontsize=8, color="#aa0000")
         handles, _ = ax.get_legend_handles_labels()
+        handles.append(Line2D([], [], ls="", marker="o", color="#555555", label="filled: our kernel fastest"))
+        handles.append(Line2D([], [], ls="", marker="o", markerfacecolor="white", markeredgecolor="#555555",
+                              label="hollow: the vendor library fastest"))
         if r.crossings_recorded:
-            handles.append(Line2D([], [], color="#333333", ls="-", label="vertical: measured crossing"))
+            handles.append(Line2D([], [], ls="", marker="v", color="#333333",
+                                  label="strip: measured crossing (> : beyond the largest batch)"))
             for src in sources:
-                handles.append(Line2D([], [], color="#333333", ls=PREDICTED_STYLES.get(src, "-."),
-                                      label=f"vertical: predicted crossing, {src} ceilings"))
+                handles.append(Line2D([], [], ls="", marker=PREDICTED_MARKERS.get(src, "P"), markerfacecolor="none",
+                                      markeredgecolor="#333333", label=f"strip: predicted crossing, {src} ceilings"))
         else:
             handles.append(Line2D([], [], ls="none", label=f"ridge crossings {r.crossings_absent_text}"))
-        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
+        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2,
                   framealpha=0.85)
         _minor_labels(ax, "FLOP/s")
-        ax.set_title(title or f"Decode linear layers, {dtype}: {r.device_name} ({r.backend})", fontsize=10.5)
     fig.tight_layout()
     return fig
 

@@ -217,7 +217,7 @@ def test_every_format_shows_verdict_p_value_and_phase_counts(scenario_files):
     b_row = lines[next(i for i, ln in enumerate(lines) if ln.startswith(slower)) + 1].split()
     assert b_row[0] == "B" and b_row[-2] == "SLOWER" and float(b_row[-1]) < 0.05  # verdict and p-value
     assert "FASTER  SLOWER  SAME  AMBIGUOUS  not compared" in r.stdout
-    assert "verdicts against A: 1 FASTER, 1 SLOWER, 3 SAME, 4 AMBIGUOUS, 0 not compared" in r.stdout
+    assert "verdicts against A on times: 1 FASTER, 1 SLOWER, 3 SAME, 4 AMBIGUOUS, 0 not compared" in r.stdout
     assert "AMBIGUOUS points (4)" in r.stdout and "too few samples (3 vs 3)" in r.stdout
 
     r = script("compare.py", *scenario_files, "--format=markdown")
@@ -318,7 +318,7 @@ def test_single_samples_fall_back_to_min_max():
 def test_old_schema_uses_min_max_and_says_so():
     r = script("compare.py", SCHEMA1, SLOWER)  # the reference has no raw samples
     assert r.returncode == 0, r.stderr
-    assert "verdicts against A: 0 FASTER, 1 SLOWER, 24 SAME, 0 AMBIGUOUS" in r.stdout
+    assert "verdicts against A on times: 0 FASTER, 1 SLOWER, 24 SAME, 0 AMBIGUOUS" in r.stdout
     row = next(ln for ln in r.stdout.splitlines() if "+50.0%" in ln)
     assert row.split()[-2:] == ["SLOWER", "minmax"]  # the p-value column names the method
     d = json.loads(script("compare.py", SCHEMA1, SLOWER, "--significance=mannwhitney", "--format=json").stdout)
@@ -438,3 +438,123 @@ def test_filter_and_output_file(tmp_path):
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert "down_proj" in text and "qkv_proj" not in text
+
+
+# --------------------------------------------------------------------------------------
+# Noisy machines: ceilings and load read from both files (issue 27)
+# --------------------------------------------------------------------------------------
+
+MEMORY_POINTS = [gemv(t, 1) for t in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")]
+
+
+def on_a_slower_machine(src: str, dst, read: float, load: dict | None = None) -> str:
+    """src as if measured on the same machine with its memory `read` times as fast: the measured
+    bandwidth ceiling and every point's measured roofline scaled by `read`, every (memory-bound)
+    time by 1 / read; `load` becomes context.phasebench.machine_load."""
+    doc = json.load(open(src))
+    pb = doc["context"]["phasebench"]
+    for c in pb["ceilings"]["bandwidth"]:
+        if c["source"] == "measured":
+            c["bytes_per_s"] *= read
+    for b in doc["benchmarks"]:
+        p = b["phasebench"]
+        for r in [p["roofline_by_source"]["measured"]] + ([p["roofline"]] if p["roofline"]["bandwidth_ceiling_source"]
+                                                          == "measured" else []):
+            r["bandwidth_bytes_per_s"] *= read
+        t = p["time"]
+        for k in ("median_s", "mean_s", "min_s", "max_s", "stddev_s"):
+            t[k] /= read
+        t["samples_s"] = [x / read for x in t["samples_s"]]
+    if load is not None:
+        pb["machine_load"] = load
+    dst.write_text(json.dumps(doc))
+    return str(dst)
+
+
+@pytest.fixture(scope="module")
+def busy_pair(tmp_path_factory):
+    """A on an idle machine; B the same code while another process compiled: 23% less read bandwidth."""
+    d = tmp_path_factory.mktemp("busy")
+    a = write_results(d / "a.json", {p: spaced(100, 0.005, 20) for p in MEMORY_POINTS})
+    busy = {"logical_cpus": 2, "busy": True, "why": "other processes used 45% of the CPU time",
+            "before": {"load_average": [13.3, 9.8, 5.2]}, "after": {"load_average": [12.1, 10.0, 5.9]},
+            "during": {"seconds": 250, "other_processes_share": 0.45, "steal_share": 0.04, "this_run_share": 0.5}}
+    b = on_a_slower_machine(a, d / "b.json", 0.77, busy)
+    return a, b
+
+
+def test_ceilings_that_moved_are_said_above_the_verdicts(busy_pair):
+    r = script("compare.py", *busy_pair)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    said = out.find("the measured ceilings differ by more than the +/-2% band")
+    assert said != -1, out
+    assert said < out.find("Points ("), "the machine's change comes before the verdicts"
+    assert "B's read 2.23 TB/s against 2.9 TB/s (-23.0%)" in out
+    assert "B: the machine was busy while it ran (other processes used 45% of the CPU time)" in out
+    # The machines table: ceilings and load of each file.
+    assert "Machines (measured ceilings" in out and "load before" in out and "BUSY" in out and "13.30" in out
+    # Time verdicts see the machine, the fraction verdicts take it out; both are shown.
+    assert "verdicts against A on times: 0 FASTER, 4 SLOWER, 0 SAME, 0 AMBIGUOUS" in out, out
+    assert ("on fractions of each file's own measured roofline instead: 0 FASTER, 0 SLOWER, 4 SAME, 0 AMBIGUOUS"
+            in out), out
+    d = json.loads(script("compare.py", *busy_pair, "--format=json").stdout)
+    v = next(e for e in d["points"] if e["name"] == MEMORY_POINTS[0])["vs_first"]["B"]
+    assert v["verdict"] == "SLOWER" and v["verdicts_on"] == "time"
+    assert v["fraction"]["verdict"] == "SAME" and v["fraction"]["change_pct"] == pytest.approx(0, abs=1e-9)
+    assert v["fraction"]["fraction_ratio"] == pytest.approx(1)
+    assert [(c["file"], c["ceiling"]) for c in d["ceiling_changes"]] == [("B", "read")]
+    assert d["machines"][1]["busy"] is True and d["machines"][1]["load_before"] == 13.3
+
+
+def test_fraction_verdicts_when_asked_and_the_gate_says_which(busy_pair):
+    r = script("compare.py", *busy_pair, "--fail-on-regression", "5")
+    assert r.returncode == compare.EXIT_REGRESSION, r.stdout + r.stderr
+    assert "4 regression(s) beyond 5%" in r.stderr and "(verdicts on times)" in r.stderr
+    assert "REGRESSIONS (SLOWER by more than 5%, verdicts on times" in r.stdout
+    r = script("compare.py", *busy_pair, "--fail-on-regression", "5", "--verdicts-on", "fraction")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no regression beyond 5% against A (verdicts on fractions of each file's own measured roofline)" in r.stdout
+    assert "verdicts against A on fractions of each file's own measured roofline: 0 FASTER, 0 SLOWER, 4 SAME" in r.stdout
+    assert "on times instead: 0 FASTER, 4 SLOWER" in r.stdout
+    assert "(used here: --verdicts-on fraction)" in r.stdout
+    rows = list(csv.DictReader(io.StringIO(script("compare.py", *busy_pair, "--verdicts-on", "fraction",
+                                                  "--format=csv").stdout)))
+    b = next(x for x in rows if x["file"] == "B")
+    assert (b["verdict"], b["verdicts_on"], b["other_verdict"]) == ("SAME", "fraction", "SLOWER")
+
+
+def test_a_real_slowdown_stays_slower_on_fractions(tmp_path):
+    """The machine 23% slower AND the code 10% slower: the fractions still see the code's 10%."""
+    a = write_results(tmp_path / "a.json", {p: spaced(100, 0.005, 20) for p in MEMORY_POINTS})
+    b = write_results(tmp_path / "b0.json", {p: spaced(110, 0.005, 20) for p in MEMORY_POINTS})
+    b = on_a_slower_machine(b, tmp_path / "b.json", 0.77)
+    cmp = compare.build_comparison(*pr.load_many([a, b]), fail_pct=5, verdicts_on="fraction")
+    assert cmp["counts"]["slower"] == 4 and len(cmp["regressions"]) == 4
+    assert all(x["time_change_pct"] == pytest.approx(10) for x in cmp["regressions"])
+    assert all(x["verdicts_on"] == "fraction" for x in cmp["regressions"])
+
+
+def test_same_ceilings_say_nothing_and_no_ceilings_cannot_be_normalised(tmp_path):
+    a = write_results(tmp_path / "a.json", {p: spaced(100, 0.005, 20) for p in MEMORY_POINTS})
+    cmp = compare.build_comparison(*pr.load_many([a, a]))
+    assert cmp["ceilings_note"] is None and cmp["other_counts"] is None
+    assert not any("ceilings differ" in w for w in cmp["warnings"])
+    doc = json.load(open(a))
+    for b in doc["benchmarks"]:  # as --no-calibrate writes it: the datasheet's ceilings only
+        b["phasebench"]["roofline_by_source"].pop("measured")
+        b["phasebench"]["roofline"] = b["phasebench"]["roofline_by_source"]["datasheet"]
+    doc["context"]["phasebench"]["ceilings"]["bandwidth"] = [
+        c for c in doc["context"]["phasebench"]["ceilings"]["bandwidth"] if c["source"] != "measured"]
+    (tmp_path / "plain.json").write_text(json.dumps(doc))
+    cmp = compare.build_comparison(*pr.load_many([a, str(tmp_path / "plain.json")]), verdicts_on="fraction")
+    assert cmp["counts"]["ambiguous"] == 4
+    assert any("B has no measured ceilings" in w for w in cmp["warnings"]), cmp["warnings"]
+    assert "no measured roofline for this point in this file" in cmp["points"][0]["vs_first"]["B"]["why"]
+
+
+def test_machine_context_of_older_files_comes_from_google_benchmarks_load_avg():
+    r = pr.load_results(os.path.join(os.path.dirname(SCRIPTS), "results", "cpu-amd-epyc", "20261130T080546Z.json"))
+    m = r.machine()
+    assert m["load_before"] == pytest.approx(1.29443359375) and m["load_after"] is None
+    assert m["busy"] is None and m["clock_mhz"] == pytest.approx(2445.426)

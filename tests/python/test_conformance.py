@@ -30,11 +30,11 @@ def close(a, b):
 
 
 def groups_of(r):
-    """The summary's fraction table from the points that stand: per phase and op, the ok points with a
-    fraction (their number, best, median), skipped and error points."""
+    """The summary's fraction table from the points that stand: per phase, op and implementation, the ok
+    points with a fraction (their number, best, median), skipped and error points."""
     out = {}
     for p in r.points:
-        g = out.setdefault((p.phase, p.op), {"fractions": [], "skipped": 0, "errors": 0})
+        g = out.setdefault((p.phase, p.op, p.key.impl), {"fractions": [], "skipped": 0, "errors": 0})
         if p.ok and p.fraction is not None:
             g["fractions"].append(p.fraction)
         g["skipped"] += p.status == "skipped"
@@ -74,7 +74,7 @@ def test_case(expected_path):
     got = [{"index": index[id(p.pb)], "status": p.pb.get("status")} for p in r.points]
     assert got == [{"index": s["index"], "status": s["status"]} for s in exp["standing"]]
 
-    want = {(g["phase"], g["op"]): g for g in exp["groups"]}
+    want = {(g["phase"], g["op"], g["impl"]): g for g in exp["groups"]}
     have = groups_of(r)
     assert sorted(have) == sorted(want)
     for k, g in have.items():

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import fixture, script
+from conftest import ROOT, fixture, script
 from phasebench_tools import results as pr
 from phasebench_tools import roofline
 
@@ -68,9 +68,15 @@ def _legend_texts(fig) -> list:
 
 
 def _vertical_lines(fig) -> set:
-    """The batches of the axvline()s (crossings) of every panel."""
+    """The batches of any axvline() of any panel (the crossings are no longer lines across the points)."""
     return {float(line.get_xdata()[0]) for ax in fig.axes for line in ax.get_lines()
             if list(line.get_ydata()) == [0, 1] and line.get_xdata()[0] == line.get_xdata()[1]}
+
+
+def _strip_marks(fig) -> list:
+    """(batch, row) of every crossing marker in the strips above the decode-linear panels."""
+    strips = fig.axes[: len(fig.axes) // 2]
+    return [(float(x), float(y)) for ax in strips for c in ax.collections for x, y in c.get_offsets()]
 
 
 def test_recorded_crossings_are_drawn():
@@ -79,8 +85,26 @@ def test_recorded_crossings_are_drawn():
     texts = _legend_texts(fig)
     assert "o_proj: measured 254, predicted 317 (measured), 345 (datasheet)" in texts
     assert "down_proj: measured 243, predicted 300 (measured), 326 (datasheet)" in texts
-    assert "vertical: measured crossing" in texts and "vertical: predicted crossing, datasheet ceilings" in texts
-    assert {254, 317, 345, 243, 300, 326, 249, 309, 336, 241, 297, 322} == _vertical_lines(fig)
+    assert any(t.startswith("strip: measured crossing") for t in texts)
+    assert "strip: predicted crossing, datasheet ceilings" in texts
+    assert {254, 317, 345, 243, 300, 326, 249, 309, 336, 241, 297, 322} == {x for x, _ in _strip_marks(fig)}
+    assert not _vertical_lines(fig), "no line crosses the points"
+    roofline.plt.close(fig)
+
+
+def test_crossings_at_the_same_batch_stay_apart(tmp_path):
+    """Layers whose crossings coincide (issue 27) get one row each: no marker hides another."""
+    doc = json.load(open(BASE))
+    for x in doc["context"]["phasebench"]["decode_linear_crossings"]:
+        x["measured"].update(batch=250, text="250")
+        for v in x["predicted"].values():
+            v["batch"] = 300
+    path = tmp_path / "same.json"
+    path.write_text(json.dumps(doc))
+    fig = roofline.decode_linear_figure([pr.load_results(str(path))])
+    marks = _strip_marks(fig)
+    assert len(marks) == len(set(marks)) == 4 * 3, marks  # 4 layers x (measured + 2 predicted), all apart
+    assert {x for x, _ in marks} == {250, 300}
     roofline.plt.close(fig)
 
 
@@ -88,8 +112,8 @@ def test_schema_1_plot_says_crossings_are_not_recorded(tmp_path):
     fig = roofline.decode_linear_figure([pr.load_results(SCHEMA1)])
     texts = _legend_texts(fig)
     assert f"ridge crossings {NOT_RECORDED}" in texts
-    assert "o_proj" in texts and not any("measured 2" in t or t.startswith("vertical:") for t in texts)
-    assert not _vertical_lines(fig)
+    assert "o_proj" in texts and not any("measured 2" in t or t.startswith("strip:") for t in texts)
+    assert not _vertical_lines(fig) and not _strip_marks(fig)
     roofline.plt.close(fig)
     r = script("roofline.py", SCHEMA1, BASE, "--out-dir", str(tmp_path), "--formats", "png")
     assert r.returncode == 0, r.stderr
@@ -241,3 +265,92 @@ def test_cache_ceilings_are_drawn(tmp_path):
     assert any(t.startswith("L2 read ceiling") for t in _legend_texts(fig)), _legend_texts(fig)
     assert any("L2 (hot) 11 TB/s" in t.get_text() for t in fig.axes[0].texts), [t.get_text() for t in fig.axes[0].texts]
     assert not any("read ceiling" in t for t in _legend_texts(roofline.roofline_figure([pr.load_results(BASE)])))
+
+
+# --------------------------------------------------------------------------------------
+# Markers, labels and titles (issue 27)
+# --------------------------------------------------------------------------------------
+
+DEFAULT_SWEEP = os.path.join(ROOT, "results", "cpu-amd-epyc", "20261130T080546Z.json")  # the default CPU sweep
+OTHER_RUN = os.path.join(ROOT, "results", "cpu-amd-epyc", "20261130T075622Z.json")  # the same machine, later
+
+
+def _point_faces(ax) -> dict:
+    """(x, y) of every plotted point -> whether its marker is filled."""
+    out = {}
+    for c in ax.collections:
+        faces = c.get_facecolors()
+        for i, (x, y) in enumerate(c.get_offsets()):
+            face = faces[i % len(faces)] if len(faces) else None
+            out[(round(float(x), 9), round(float(y), 3))] = bool(face is not None and face[3] > 0)
+    return out
+
+
+def test_library_rows_are_hollow_and_ours_filled():
+    r = pr.load_results(DEFAULT_SWEEP)
+    for fig in (roofline.roofline_figure([r]), roofline.roofline_figure([r, pr.load_results(OTHER_RUN)])):
+        faces = _point_faces(fig.axes[0])
+        pts = [p for p in r.ok_points() if (p.flops or 0) > 0]
+        lib = [p for p in pts if p.key.impl == "blas"]
+        own = [p for p in pts if p.key.impl == "own"]
+        assert lib and own
+        # Where an own and a blas point sit on the same spot either marker may be on top; check the rest.
+        spots = lambda ps: {(round(p.intensity, 9), round(p.flops_per_s, 3)) for p in ps}  # noqa: E731
+        for spot in spots(lib) - spots(own):
+            assert faces[spot] is False, spot
+        for spot in spots(own) - spots(lib):
+            assert faces[spot] is True, spot
+        texts = _legend_texts(fig)
+        assert "filled: our kernel" in texts and "hollow: vendor library (blas)" in texts
+        roofline.plt.close(fig)
+
+
+def _boxes(fig, ax):
+    fig.canvas.draw()
+    rend = fig.canvas.get_renderer()
+    return [(t.get_text(), t.get_window_extent(rend)) for t in ax.texts if t.get_visible() and t.get_text()]
+
+
+def test_labels_cover_no_point_and_no_other_label():
+    """The default sweep's roofline: every label clear of every point and every other label; legends outside."""
+    for results in ([pr.load_results(DEFAULT_SWEEP)], [pr.load_results(DEFAULT_SWEEP), pr.load_results(OTHER_RUN)]):
+        fig = roofline.roofline_figure(results)
+        ax = fig.axes[0]
+        boxes = _boxes(fig, ax)
+        assert len(boxes) >= (4 if len(results) > 1 else 8), [t for t, _ in boxes]
+        for i, (ta, a) in enumerate(boxes):
+            for tb, b in boxes[i + 1:]:
+                assert not a.overlaps(b), (ta, tb)
+        pts = ax.transData.transform([(float(x), float(y)) for c in ax.collections for x, y in c.get_offsets()])
+        for t, b in boxes:
+            for x, y in pts:
+                assert not (b.x0 - 3 < x < b.x1 + 3 and b.y0 - 3 < y < b.y1 + 3), (t, x, y)
+        rend = fig.canvas.get_renderer()
+        assert not ax.get_legend().get_window_extent(rend).overlaps(ax.get_window_extent(rend))
+        if len(fig.axes) > 1:  # the bandwidth-only panel's ceiling labels
+            panel = _boxes(fig, fig.axes[1])
+            for i, (ta, a) in enumerate(panel):
+                for tb, b in panel[i + 1:]:
+                    assert not a.overlaps(b), (ta, tb)
+        roofline.plt.close(fig)
+
+
+def test_titles_name_the_files_not_only_the_devices(tmp_path):
+    a, b = pr.load_results(DEFAULT_SWEEP), pr.load_results(OTHER_RUN)
+    assert a.device_name == b.device_name == "AMD EPYC"
+    fig = roofline.roofline_figure([a, b])
+    title = fig.axes[0].get_title()
+    assert "20261130T080546Z.json" in title and "20261130T075622Z.json" in title and "AMD EPYC vs AMD EPYC" not in title
+    roofline.plt.close(fig)
+    assert roofline.file_names([a, b]) == ["20261130T080546Z.json", "20261130T075622Z.json"]
+    same = pr.load_results(DEFAULT_SWEEP)
+    same.path = "/elsewhere/20261130T080546Z.json"
+    assert roofline.file_names([a, same]) == ["cpu-amd-epyc/20261130T080546Z.json", "elsewhere/20261130T080546Z.json"]
+    # The report of two runs on one GPU model (small files: the page draws every plot).
+    again = tmp_path / "h100-again.json"
+    shutil.copy(BASE, again)
+    page = tmp_path / "r.html"
+    r = script("report.py", BASE, str(again), "-o", str(page))
+    assert r.returncode == 0, r.stderr
+    head = page.read_text().split("</title>")[0]
+    assert "h100-base.json (NVIDIA H100 80GB HBM3) vs h100-again.json (NVIDIA H100 80GB HBM3)" in head, head

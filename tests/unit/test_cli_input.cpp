@@ -165,7 +165,7 @@ TEST(CliInput, ContextsBeyondTheModelsPositionsWarnInTheOutputAndTheResults) {
   const auto ok = run_cli("run --backend=cpu --ops kv_append --append-batches 1 --append-context 64 --model " + cfg +
                           " --no-calibrate --benchmark_min_time=0.001 --no-summary --out " + out);
   ASSERT_EQ(ok.status, 0) << ok.out;
-  EXPECT_EQ(ok.out.find("warning"), std::string::npos) << ok.out;
+  EXPECT_EQ(ok.out.find("phasebench: warning"), std::string::npos) << ok.out;
   EXPECT_TRUE(nlohmann::json::parse(read(out)).at("context").at("phasebench").at("warnings").empty());
   fs::remove_all(d);
 }

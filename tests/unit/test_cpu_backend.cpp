@@ -1,13 +1,17 @@
 // The CPU backend's kernels against the reference, through the seam.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <set>
+#include <string>
 
 #include "backend.hpp"
 #include "common/numeric.hpp"
 #include "reference/common.hpp"
 #include "reference/decode_attention.hpp"
 #include "reference/prefill_attention.hpp"
+#include "cpu/read_kernels.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/attention.hpp"
@@ -36,6 +40,64 @@ TEST(CpuBackend, DescribesItself) {
   EXPECT_FALSE(b->device().name.empty());
   EXPECT_EQ(b->device().slug.rfind("cpu-", 0), 0u);
   EXPECT_FALSE(b->device().spec.has_value());  // no datasheet for CPUs
+}
+
+// Every streaming-read kernel of the read ceiling reads every word exactly once
+// (XOR of all of them), whatever the length and the start's alignment: a kernel
+// that skipped a stream's tail would measure a bandwidth it never moved.
+TEST(ReadKernels, EveryKernelReadsEveryWordOnce) {
+  const auto& ks = cpu::read::kernels();
+  ASSERT_GE(ks.size(), 8u);
+  std::vector<std::uint64_t> data(70000);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = (i + 1) * 0x9E3779B97F4A7C15ull;
+  for (const auto& k : ks)
+    for (std::uint64_t start : {0, 1, 3})
+      for (std::uint64_t n : {0, 1, 7, 63, 64, 1000, 4099, 65537}) {
+        std::uint64_t want = 0;
+        for (std::uint64_t i = 0; i < n; ++i) want ^= data[start + i];
+        EXPECT_EQ(k.fn(data.data() + start, n), want) << k.name() << ", " << n << " words from " << start;
+      }
+  // All threads together, in one share each or in dynamic blocks (several blocks here).
+  std::vector<std::uint64_t> big(700000);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = (i + 7) * 0xC2B2AE3D27D4EB4Full;
+  for (const auto& k : ks)
+    for (std::uint64_t n : {0, 1, 4099, 262144, 262145, 699999}) {
+      std::uint64_t want = 0;
+      for (std::uint64_t i = 0; i < n; ++i) want ^= big[1 + i];
+      EXPECT_EQ(cpu::read::read_all(k, big.data() + 1, n), want) << k.name() << ", " << n << " words by all threads";
+    }
+  EXPECT_TRUE(std::any_of(ks.begin(), ks.end(), [](const auto& k) { return k.block_bytes > 0; }));
+  EXPECT_EQ(ks.front().block_bytes, 0u);
+  std::set<std::string> names;
+  for (const auto& k : ks) names.insert(k.name());
+  EXPECT_EQ(names.size(), ks.size()) << "each kernel has its own name (the results record the winner by name)";
+}
+
+// The read ceiling is the fastest of the read kernels, the results say which, and
+// the paired reads use that same kernel (issue 27: a kernel of the sweep that
+// beats the read it is paired with shows the read was not the ceiling).
+TEST(CpuBackend, ReadCeilingIsTheFastestKernelAndPairedReadsUseIt) {
+  auto b = make_cpu_backend();
+  b->measure_ceilings({DType::fp32});
+  const auto& rk = b->device().details.at("read_kernels");
+  const auto winner = rk.at("winner").get<std::string>();
+  double best = 0;
+  std::string best_name;
+  ASSERT_EQ(rk.at("measured").size(), cpu::read::kernels().size()) << rk.dump(1);
+  for (const auto& k : rk.at("measured"))
+    if (k.at("bytes_per_s").get<double>() > best) {
+      best = k.at("bytes_per_s").get<double>();
+      best_name = k.at("kernel").get<std::string>();
+    }
+  EXPECT_EQ(winner, best_name) << rk.dump(1);
+  const auto W = b->ceilings().bandwidth_for(CeilingSource::measured);
+  ASSERT_TRUE(W);
+  EXPECT_DOUBLE_EQ(W->value, best);
+  EXPECT_NE(W->method.find(winner), std::string::npos) << W->method;
+  EXPECT_NE(b->paired_read_method().find(winner), std::string::npos) << b->paired_read_method();
+  const auto pair = b->paired_read();
+  ASSERT_TRUE(pair);
+  EXPECT_GT(*pair, 0);
 }
 
 TEST(CpuBackend, GemvMatchesReferenceForEveryBatch) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "phasebench/ops/linear.hpp"
@@ -43,10 +44,11 @@ std::vector<std::string> words(const std::string& line) {
   return w;
 }
 
-// The summary's fraction table: phase, op -> points, best, median (fractions, null for
-// "-"), skipped, errors.
-std::map<std::pair<std::string, std::string>, nlohmann::json> fraction_table(const std::string& summary) {
-  std::map<std::pair<std::string, std::string>, nlohmann::json> rows;
+// The summary's fraction table: phase, op, impl -> points, best, median (fractions,
+// null for "-"), skipped, errors.
+using Row = std::tuple<std::string, std::string, std::string>;
+std::map<Row, nlohmann::json> fraction_table(const std::string& summary) {
+  std::map<Row, nlohmann::json> rows;
   std::istringstream in(summary);
   bool in_table = false;
   auto fraction = [](const std::string& cell) {
@@ -55,12 +57,12 @@ std::map<std::pair<std::string, std::string>, nlohmann::json> fraction_table(con
   for (std::string line; std::getline(in, line);) {
     const auto w = words(line);
     if (!in_table) {
-      in_table = w.size() >= 7 && w[0] == "phase" && w[1] == "op" && w[2] == "points";
+      in_table = w.size() >= 8 && w[0] == "phase" && w[1] == "op" && w[2] == "impl" && w[3] == "points";
       continue;
     }
-    if (w.size() < 7 || w[2].find_first_not_of("0123456789") != std::string::npos) break;
-    rows[{w[0], w[1]}] = {{"points", std::stoi(w[2])}, {"best", fraction(w[3])}, {"median", fraction(w[4])},
-                          {"skipped", std::stoi(w[5])}, {"errors", std::stoi(w[6])}};
+    if (w.size() < 8 || w[3].find_first_not_of("0123456789") != std::string::npos) break;
+    rows[{w[0], w[1], w[2]}] = {{"points", std::stoi(w[3])}, {"best", fraction(w[4])}, {"median", fraction(w[5])},
+                                {"skipped", std::stoi(w[6])}, {"errors", std::stoi(w[7])}};
   }
   return rows;
 }
@@ -107,7 +109,7 @@ void check_case(const fs::path& expected_path) {
   const auto table = fraction_table(summary);
   EXPECT_EQ(table.size(), exp.at("groups").size()) << summary;
   for (const auto& g : exp.at("groups")) {
-    const auto row = table.find({g.at("phase"), g.at("op")});
+    const auto row = table.find({g.at("phase"), g.at("op"), g.at("impl")});
     if (row == table.end()) {
       ADD_FAILURE() << "no row for " << g.dump() << " in\n" << summary;
       continue;

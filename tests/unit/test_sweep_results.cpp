@@ -233,7 +233,7 @@ TEST(Summary, RepetitionsCountOncePerPoint) {
                                {"aggregate_name", "median"}, {"phasebench", fields}});
   doc["benchmarks"].push_back({{"name", run + "_mean"}, {"run_name", run}, {"run_type", "aggregate"}, {"aggregate_name", "mean"}});
   const auto s = summarize(doc);
-  EXPECT_NE(s.find("attention               1    50.0%    50.0%"), std::string::npos) << s;
+  EXPECT_NE(s.find("attention          -         1    50.0%    50.0%"), std::string::npos) << s;
 }
 
 TEST(Summary, SaysWhenTheReadBandwidthMovedDuringTheRun) {
@@ -294,8 +294,8 @@ TEST(Summary, PairedReadColumnWhenPointsCarryIt) {
   add("c", "decode", "attention", 0.65, 0);  // below 4x LLC: no pairs
   add("d", "prefill", "linear", 0.9, 0);     // compute-bound: none
   const auto s = summarize(doc);
-  EXPECT_NE(s.find("  decode   attention               3    70.0%    65.0%        0       0    85.0% (2)"), std::string::npos) << s;
-  EXPECT_NE(s.find("  prefill  linear                  1    90.0%    90.0%        0       0        -"), std::string::npos) << s;
+  EXPECT_NE(s.find("  decode   attention          -         3    70.0%    65.0%        0       0    85.0% (2)"), std::string::npos) << s;
+  EXPECT_NE(s.find("  prefill  linear             -         1    90.0%    90.0%        0       0        -"), std::string::npos) << s;
   EXPECT_NE(s.find("paired: median over the memory-bound points"), std::string::npos) << s;
 }
 
@@ -343,4 +343,105 @@ TEST(Summary, Int4AgainstBf16OnTheSameShapes) {
   EXPECT_NE(s.find("m.down_proj                               1     400.0 us     125.0 us     3.20x"), std::string::npos) << s;
   EXPECT_NE(s.find("m.down_proj                               8     420.0 us     210.0 us     2.00x"), std::string::npos) << s;
   EXPECT_EQ(s.find("m.o_proj"), std::string::npos) << s;
+}
+
+TEST(Summary, EachImplementationHasItsOwnRow) {
+  // Our GEMV at 30% and the BLAS row at 90% on the same layers: one median over
+  // both (60%) would describe neither (issue 27).
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 3}}}}}, {"benchmarks", nlohmann::json::array()}};
+  auto add = [&](const std::string& impl, std::uint64_t B, double frac, double paired) {
+    const std::string name = "decode/gemv/m.o_proj/fp32/batch:" + std::to_string(B) + "/impl:" + impl;
+    nlohmann::json p = {{"phase", "decode"}, {"op", "gemv"}, {"impl", impl}, {"status", "ok"},
+                        {"roofline", {{"fraction_of_roofline", frac}, {"bandwidth_ceiling_source", "measured"}}}};
+    if (paired > 0) p["paired_read"] = {{"fraction_median", paired}, {"pairs", 5}};
+    doc["benchmarks"].push_back({{"name", name}, {"run_name", name}, {"run_type", "iteration"}, {"phasebench", p}});
+  };
+  add("own", 1, 0.3, 0.31);
+  add("own", 8, 0.3, 0.29);
+  add("blas", 1, 0.9, 0.91);
+  add("blas", 8, 0.9, 0.89);
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("  decode   gemv               own       2    30.0%    30.0%        0       0    30.0% (2)"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("  decode   gemv               blas      2    90.0%    90.0%        0       0    90.0% (2)"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(s.find("60.0%"), std::string::npos) << s;
+}
+
+TEST(Summary, Fp8CacheLineStatesTheBytesOfTheRunsDtype) {
+  // fp32 run: the fp8 cache is 4x narrower than the fp32 one (not "about half").
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 3}}}}}, {"benchmarks", nlohmann::json::array()}};
+  auto add = [&](std::uint64_t kv_bits, double bytes, double t) {
+    nlohmann::json args = {{"batch", 8}, {"context", 1024}};
+    if (kv_bits) args["kv_bits"] = kv_bits;
+    const std::string name = "decode/attention/m/fp32/batch:8/context:1024" + std::string(kv_bits ? "/kv:fp8" : "");
+    doc["benchmarks"].push_back(
+        {{"name", name},
+         {"phasebench",
+          {{"phase", "decode"}, {"op", "attention"}, {"model", "m"}, {"dtype", "fp32"}, {"cache", "cold"},
+           {"status", "ok"}, {"args", args}, {"shape", {{"B", 8}, {"Hq", 32}, {"Hkv", 8}, {"L", 1024}, {"D", 128}}},
+           {"bytes", {{"total", bytes}}}, {"time", {{"median_s", t}}},
+           {"roofline", {{"fraction_of_roofline", 0.5}, {"bandwidth_ceiling_source", "measured"}}}}}});
+  };
+  add(0, 4.0e8, 4.0e-3);
+  add(8, 1.0e8, 1.6e-3);
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("fp8 cache vs the run's dtype"), std::string::npos) << s;
+  EXPECT_EQ(s.find("about half"), std::string::npos) << s;
+  EXPECT_NE(s.find("  fp32   contiguous        1    2.50x    2.50x    2.50x    4.00x"), std::string::npos) << s;
+}
+
+TEST(Summary, MeasuredCrossingKeepsToThePointsBoundLabels) {
+  // One layer (N=K=1024, fp32) whose points are labelled by the ridge of the
+  // ceilings in use (P=100 GF/s, W=10 GB/s: ridge 10, batch 21): memory-bound at
+  // batches 1 and 16, compute-bound at 64 and 128. Its own best rates
+  // (P_eff/W_eff = 335 / 10.3 GB/s) would put the crossing at 75, saying
+  // memory-bound where the points at 64 say compute-bound.
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 3}}}}}, {"benchmarks", nlohmann::json::array()}};
+  auto add = [&](std::uint64_t M, double t) {
+    const double flops = 2.0 * M * 1024 * 1024, bytes = 4.0 * (1024 * 1024 + 2 * M * 1024);
+    const std::string name = "decode/gemv/m.down_proj/fp32/batch:" + std::to_string(M);
+    const double intensity = flops / bytes;
+    doc["benchmarks"].push_back(
+        {{"name", name},
+         {"run_name", name},
+         {"run_type", "iteration"},
+         {"phasebench",
+          {{"phase", "decode"}, {"op", "gemv"}, {"op_kind", "linear"}, {"model", "m"}, {"target", "down_proj"},
+           {"dtype", "fp32"}, {"status", "ok"}, {"shape", {{"M", M}, {"N", 1024}, {"K", 1024}}}, {"flops", flops},
+           {"bytes", {{"total", bytes}}}, {"time", {{"median_s", t}}},
+           {"bound", intensity < 10 ? "memory" : "compute"},
+           {"roofline", {{"fraction_of_roofline", 0.5}, {"peak_flops_per_s", 100e9}, {"bandwidth_bytes_per_s", 10e9},
+                         {"ridge_flop_per_byte", 10.0}, {"bandwidth_ceiling_source", "measured"},
+                         {"bound", intensity < 10 ? "memory" : "compute"}}}}}});
+  };
+  add(1, 4.2e-4);    // ~10 GB/s
+  add(16, 4.4e-4);   // ~10 GB/s
+  add(64, 4.6e-4);   // still ~9.7 GB/s: labelled compute-bound all the same
+  add(128, 0.8e-3);  // 335 GF/s: the layer's own P_eff
+  auto rec = decode_linear_crossings(standing_points(doc), run_context(doc));
+  ASSERT_EQ(rec.size(), 1u);
+  const auto& m = rec[0].at("measured");
+  EXPECT_EQ(m.at("labels").at("last_memory"), 16) << m.dump();
+  EXPECT_EQ(m.at("labels").at("first_compute"), 64) << m.dump();
+  ASSERT_TRUE(m.at("batch").is_number()) << m.dump();
+  EXPECT_GT(m.at("batch").get<int>(), 16) << m.dump();
+  EXPECT_LE(m.at("batch").get<int>(), 64) << m.dump();
+  EXPECT_TRUE(m.contains("own_ridge")) << m.dump();
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("its points are labelled memory-bound up to batch 16 and compute-bound from batch 64"),
+            std::string::npos)
+      << s;
+  // Still streaming at the largest batch while it is labelled compute-bound: not "> 64".
+  doc["benchmarks"].erase(doc["benchmarks"].end() - 1);
+  rec = decode_linear_crossings(standing_points(doc), run_context(doc));
+  EXPECT_EQ(rec[0].at("measured").at("text"), "64") << rec[0].dump();
+  EXPECT_EQ(rec[0].at("measured").at("own_ridge").at("text"), "> 64") << rec[0].dump();
+  // Where the labels and the layer's ridge agree nothing moves.
+  doc["benchmarks"].erase(doc["benchmarks"].end() - 1);
+  rec = decode_linear_crossings(standing_points(doc), run_context(doc));
+  EXPECT_EQ(rec[0].at("measured").at("text"), "> 16") << rec[0].dump();
+  EXPECT_FALSE(rec[0].at("measured").contains("own_ridge")) << rec[0].dump();
 }

@@ -19,6 +19,7 @@ namespace phasebench {
 struct CrossingPoints {
   std::map<std::uint64_t, std::pair<double, double>> best;  // batch -> (FLOP/s, bytes/s) of its fastest point
   std::map<std::uint64_t, double> fastest;                  // batch -> its median time
+  std::map<std::uint64_t, std::string> bound;               // batch -> its points' bound label ("memory", "compute")
   nlohmann::json by_source = nlohmann::json::object();      // roofline_by_source of a point
   nlohmann::json in_use;                                     // its "roofline" (the ceilings in use; none without)
   // Adds point `p` (a "phasebench" object with time, flops and bytes) at `batch`.
@@ -39,9 +40,18 @@ std::string batch_text(const nlohmann::json& batch);  // the number, or "never"
 // The batches measured and the measured crossing: where the intensity reaches
 // P_eff/W_eff, the best FLOP/s and the best bytes/s achieved (`batch_at` turns a
 // ridge into a batch); "> B" while the largest batch B still streams at 70% of
-// W_eff, "one batch only" with a single batch.
+// W_eff, "one batch only" with a single batch. It never contradicts the points'
+// own bound labels (which use the ridge of the ceilings in use): the crossing
+// lies after the last batch labelled memory-bound and no later than the first
+// labelled compute-bound, so a layer ridge outside that interval is brought to
+// its nearer end; "own_ridge" then keeps where P_eff/W_eff alone would put it,
+// and "labels" the interval.
 std::pair<nlohmann::json, nlohmann::json> measured_crossing(
     const CrossingPoints& l, const std::function<std::optional<std::uint64_t>(double)>& batch_at);
+
+// The summary's note under a crossings table: each layer whose own ridge the
+// labels moved (measured.own_ridge), where that ridge alone would put it; "" when none.
+std::string own_ridge_notes(const nlohmann::json& records);
 
 // The predicted crossing per ceiling source of the points' roofline_by_source,
 // and for the ceilings in use (which may mix sources); `extra(ridge)` adds

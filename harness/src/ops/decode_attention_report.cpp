@@ -22,8 +22,12 @@ struct AttentionTimes {
   std::map<std::string, double> contiguous;                         // one token, fixed contexts, the run's dtype
   std::map<std::string, std::map<std::uint64_t, double>> paged;      // by page size
   // The same shapes over a cache in the run's dtype and in fp8 (kv_bits:8), by
-  // shape key and page size (0: contiguous).
-  std::map<std::pair<std::string, std::uint64_t>, double> wide, fp8;
+  // shape key and page size (0: contiguous): time and the point's bytes.
+  struct Timed {
+    double time = 0, bytes = 0;
+    std::string dtype;
+  };
+  std::map<std::pair<std::string, std::uint64_t>, Timed> wide, fp8;
   // Multi-token and ragged steps (decode_attention_multi): by shape key (model,
   // dtype, layout, batch, context), the points of each (new tokens, context distribution).
   struct Step {
@@ -55,11 +59,12 @@ AttentionTimes collect(const Standing& standing) {
           {t, p.value("gbps", 0.0), p.value("fraction_of_roofline", 0.0)};
       continue;
     }
+    const double bytes = p.contains("bytes") && p.at("bytes").is_object() ? p.at("bytes").value("total", 0.0) : 0.0;
     if (args.value("kv_bits", std::uint64_t{0}) == 8) {
-      c.fp8[{key, page}] = t;
+      c.fp8[{key, page}] = {t, bytes, p.value("dtype", "")};
       continue;
     }
-    c.wide[{key, page}] = t;
+    c.wide[{key, page}] = {t, bytes, p.value("dtype", "")};
     if (op == "attention")
       c.contiguous[key] = t;
     else
@@ -84,20 +89,34 @@ std::string paged_section(const AttentionTimes& c) {
   return out;
 }
 
-// What an fp8 cache buys: decode attention time over the 16-bit (or fp32) cache
-// / time over the fp8 one, on the same shapes; the bytes are about half.
+// What an fp8 cache buys: decode attention time over the run's dtype's cache /
+// time over the fp8 one, on the same shapes, beside the bytes each moves (the
+// cache is 2x narrower than a 16-bit one, 4x narrower than fp32; queries and
+// outputs stay in the run's dtype, so the whole point's ratio is a little less).
 std::string fp8_cache_section(const AttentionTimes& c) {
-  std::map<std::uint64_t, std::vector<double>> speedup;
+  struct Ratios {
+    std::vector<double> speedup, bytes;
+  };
+  std::map<std::pair<std::string, std::uint64_t>, Ratios> by;  // (dtype, page) -> ratios
   for (const auto& [key, t8] : c.fp8)
-    if (auto w = c.wide.find(key); w != c.wide.end() && t8 > 0) speedup[key.second].push_back(w->second / t8);
-  if (speedup.empty()) return "";
+    if (auto w = c.wide.find(key); w != c.wide.end() && t8.time > 0) {
+      auto& r = by[{w->second.dtype, key.second}];
+      r.speedup.push_back(w->second.time / t8.time);
+      if (t8.bytes > 0 && w->second.bytes > 0) r.bytes.push_back(w->second.bytes / t8.bytes);
+    }
+  if (by.empty()) return "";
   std::string out =
-      "\ndecode attention, fp8 cache vs the run's dtype: speedup = time over the wider cache / time over the fp8 "
-      "one (its bytes are about half)\n";
-  out += fmt::format("  {:<12} {:>6} {:>8} {:>8} {:>8}\n", "layout", "points", "median", "best", "worst");
-  for (const auto& [page, v] : speedup)
-    out += fmt::format("  {:<12} {:>6} {:>7.2f}x {:>7.2f}x {:>7.2f}x\n", page ? fmt::format("page {}", page) : "contiguous",
-                       v.size(), median_of(v), *std::max_element(v.begin(), v.end()), *std::min_element(v.begin(), v.end()));
+      "\ndecode attention, fp8 cache vs the run's dtype: speedup = time over the run's dtype's cache / time over the "
+      "fp8 one;\n  bytes = the bytes the run's dtype's point moves / the fp8 point's, on the same shapes\n";
+  out += fmt::format("  {:<6} {:<12} {:>6} {:>8} {:>8} {:>8} {:>8}\n", "dtype", "layout", "points", "median", "best",
+                     "worst", "bytes");
+  for (const auto& [k, r] : by) {
+    const auto& v = r.speedup;
+    out += fmt::format("  {:<6} {:<12} {:>6} {:>7.2f}x {:>7.2f}x {:>7.2f}x {:>8}\n", k.first,
+                       k.second ? fmt::format("page {}", k.second) : "contiguous", v.size(), median_of(v),
+                       *std::max_element(v.begin(), v.end()), *std::min_element(v.begin(), v.end()),
+                       r.bytes.empty() ? std::string("-") : fmt::format("{:.2f}x", median_of(r.bytes)));
+  }
   return out;
 }
 

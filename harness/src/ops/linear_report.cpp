@@ -60,7 +60,8 @@ std::string crossings_section(const SummaryInput& in) {
   if (crossings.empty()) return "";
   std::string out = "\ndecode linear layers: batch where the layer crosses from memory-bound to compute-bound\n";
   out += "  measured: where the intensity reaches P_eff/W_eff, the best FLOP/s and the best GB/s the layer\n"
-         "  achieved in this sweep (\"> B\" while the largest batch still moves 70% of W_eff);\n"
+         "  achieved in this sweep (\"> B\" while the largest batch still moves 70% of W_eff), kept between the\n"
+         "  last batch its points label memory-bound and the first they label compute-bound;\n"
          "  predicted: where the intensity reaches the ridge P/W of the ceilings in use.\n";
   out += fmt::format("  {:<36} {:>16} {:>10}\n", "layer", "measured", "predicted");
   for (const auto& x : crossings) {
@@ -69,7 +70,7 @@ std::string crossings_section(const SummaryInput& in) {
     out += fmt::format("  {:<36} {:>16} {:>10}\n", x.value("layer", "") + " " + x.value("dtype", ""),
                        x.at("measured").value("text", "-"), predicted);
   }
-  return out;
+  return out + own_ridge_notes(crossings);
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ std::string crossings_section(const SummaryInput& in) {
   if (crossings.empty()) return "";
   std::string out = "\ndecode MoE experts: batch where the routed experts cross from memory-bound to compute-bound\n";
   out += "  measured: where the intensity (expected experts touched) reaches P_eff/W_eff of the layer's own points\n"
-         "  (\"> B\" while the largest batch still moves 70% of W_eff); predicted: where it reaches the ridge P/W;\n"
+         "  (\"> B\" while the largest batch still moves 70% of W_eff), kept within its points' bound labels;\n"
+         "  predicted: where it reaches the ridge P/W;\n"
          "  dense: where one expert's gate_up as a dense layer reaches the same ridge (every weight read at any batch).\n";
   out += fmt::format("  {:<36} {:<10} {:>12} {:>10} {:>8}\n", "layer", "routing", "measured", "predicted", "dense");
   for (const auto& x : crossings) {
@@ -78,7 +79,7 @@ std::string crossings_section(const SummaryInput& in) {
     out += fmt::format("  {:<36} {:<10} {:>12} {:>10} {:>8}\n", x.value("layer", "") + " " + x.value("dtype", ""),
                        x.value("routing", ""), x.at("measured").value("text", "-"), predicted, dense);
   }
-  return out;
+  return out + own_ridge_notes(crossings);
 }
 
 }  // namespace
