@@ -21,6 +21,7 @@
 #include "build_info.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/json_file.hpp"
+#include "standing.hpp"
 
 namespace phasebench {
 
@@ -369,6 +370,7 @@ nlohmann::json load_results(const std::string& path) {
     throw InputError("results file '" + path + "' has schema version " + (v.is_null() ? std::string("(none)") : v.dump()) +
                      "; this phasebench reads versions " + std::to_string(kOldestReadableSchemaVersion) + " to " +
                      std::to_string(kResultsSchemaVersion));
+  upgrade_names(j);
   return j;
 }
 

@@ -304,7 +304,7 @@ LayerOp make_grouped(std::string name, const ModelConfig& m, std::uint64_t token
 MoeCost moe_layer_cost(const ModelConfig& m, std::uint64_t tokens, const Precision& p) {
   const MoeShape s{tokens, m.experts_per_token, m.experts, m.hidden, m.expert_intermediate};
   const double touched = expected_experts_touched(m.experts, m.experts_per_token, tokens, m.routing);
-  return moe_experts_cost(s, touched, p.format_of("experts_gate_up"), p.format_of("experts_down"), p.a);
+  return moe_cost(s, touched, p.format_of("experts_gate_up"), p.format_of("experts_down"), p.a);
 }
 
 std::vector<LayerOp> linear_ops(const ModelConfig& m, std::uint64_t M, const Precision& p, bool moe) {
@@ -337,7 +337,7 @@ void add_mlp_ops(std::vector<LayerOp>& ops, const ModelConfig& m, std::uint64_t 
     ops.push_back(make_linear("down_proj", M, h, m.intermediate, p));
     return;
   }
-  // The routed experts: the MoE benchmark's five steps with its costs (moe_experts_cost).
+  // The routed experts: the MoE benchmark's five steps with its costs (moe_cost).
   const auto I = m.expert_intermediate;
   ops.push_back(make_linear("router", M, m.experts, h, p));
   const auto experts = moe_layer_cost(m, M, p);
@@ -501,7 +501,7 @@ void add_mla_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const StepShap
                        "); use --new-tokens 1");
     ops.push_back(batched("q_absorb", R, a.qk_nope, a.qk_nope));  // q_nope [nope] x W_UK -> [R] per head
     const LatentAttentionShape att{B, H, step.context, R, P};
-    LayerOp op{"attention", "decode_attention", att.shape(), decode_latent_attention_cost(att, p.c, p.a)};
+    LayerOp op{"attention", "decode_attention", att.shape(), latent_attention_cost(att, p.c, p.a)};
     op.variant = "MLA, absorbed";
     ops.push_back(op);
     ops.push_back(batched("v_absorb", a.v_head, R, a.v_head));  // [R] x W_UV -> [v_head] per head

@@ -32,7 +32,7 @@
 #include "cuda/cuda_op.hpp"
 #include "cuda/ptx.cuh"
 #include "phasebench/error.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/decode_attention.hpp"
 
 namespace phasebench::cuda {
 
@@ -888,17 +888,17 @@ namespace {
 
 DecodeSplitPlan split_plan(const Context& ctx, const OpRequest& r) {
   const auto a = AttentionShape::of(r.shape);
-  const int page_size = r.kind == kDecodeAttentionPaged ? static_cast<int>(r.params["page_size"]) : 0;
+  const int page_size = r.kind == kDecodeAttentionPaged ? static_cast<int>(r.options.as<DecodeAttentionOptions>().page_size) : 0;
   return plan_decode_splits(r.dtype, static_cast<int>(a.B), static_cast<int>(a.Hq), static_cast<int>(a.Hkv),
                             static_cast<int>(decode_attention_max_length(r)), static_cast<int>(a.D), page_size,
-                            r.params.get("splits", 0), ctx.sm_count, decode_attention_kv_dtype(r) == DType::fp8,
+                            r.options.as<DecodeAttentionOptions>().splits, ctx.sm_count, decode_attention_kv_dtype(r) == DType::fp8,
                             static_cast<int>(decode_attention_new_tokens(r)));
 }
 
 std::optional<std::string> request_unsupported(const OpRequest& r, const Context& ctx) {
   const auto a = AttentionShape::of(r.shape);
   const bool paged = r.kind == kDecodeAttentionPaged;
-  const std::uint64_t P = paged ? r.params["page_size"] : 0;
+  const std::uint64_t P = paged ? r.options.as<DecodeAttentionOptions>().page_size : 0;
   const auto S = decode_attention_new_tokens(r);
   if (auto why = decode_attention_unsupported(r.dtype, static_cast<long long>(a.Hq), static_cast<long long>(a.Hkv),
                                               static_cast<long long>(a.D), paged, static_cast<long long>(P),
@@ -908,8 +908,8 @@ std::optional<std::string> request_unsupported(const OpRequest& r, const Context
   if (decode_attention_max_length(r) > static_cast<std::uint64_t>(INT_MAX))
     return std::string("decode attention: contexts past 2^31 tokens");
   if (a.B > 65535) return "decode attention: batch " + std::to_string(a.B) + " exceeds 65535 (a grid dimension)";
-  if (r.params.get("splits", 0) > static_cast<std::uint64_t>(kMaxDecodeSplits))
-    return "decode attention: " + std::to_string(r.params["splits"]) + " splits requested; at most " +
+  if (r.options.as<DecodeAttentionOptions>().splits > static_cast<std::uint64_t>(kMaxDecodeSplits))
+    return "decode attention: " + std::to_string(r.options.as<DecodeAttentionOptions>().splits) + " splits requested; at most " +
            std::to_string(kMaxDecodeSplits);
   if (paged && a.B * pages_per_sequence(decode_attention_max_length(r), P) > static_cast<std::uint64_t>(INT_MAX))
     return std::string("decode attention (paged): more than 2^31 pages");
@@ -932,13 +932,13 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     L_ = static_cast<int>(decode_attention_max_length(r));
     D_ = static_cast<int>(a.D);
     S_ = static_cast<int>(decode_attention_new_tokens(r));
-    if (decode_attention_context_dist(r).ragged())
+    if (r.options.as<DecodeAttentionOptions>().context_dist.ragged())
       for (auto l : decode_attention_lengths(r)) lengths_.push_back(static_cast<int>(l));
     const std::size_t es = element_bytes(r.dtype), cs = element_bytes(kv_t_);
     const std::size_t q_elems = static_cast<std::size_t>(B_) * S_ * Hq_ * D_;
     std::size_t kv_elems = static_cast<std::size_t>(B_) * Hkv_ * L_ * D_;
     if (paged_) {
-      pool_ = BlockTable(r, B_, static_cast<std::uint64_t>(L_));
+      pool_ = BlockTable(r, r.options.as<DecodeAttentionOptions>().page_size, B_, static_cast<std::uint64_t>(L_));
       kv_elems = static_cast<std::size_t>(B_) * pool_.pages_per_seq * Hkv_ * pool_.page_size * D_;
     }
     const DecodeSplitPlan plan = split_plan(ctx, r);
@@ -1086,7 +1086,7 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
        << (kv_t_ == DType::fp8 ? " fp8 cache" : "") << " B=" << B_
        << " Hq=" << Hq_ << " Hkv=" << Hkv_ << " L=" << L_ << " D=" << D_;
     if (S_ > 1) os << " S=" << S_;
-    if (!lengths_.empty()) os << " contexts " << decode_attention_context_dist(r_).text() << " (longest " << L_ << ")";
+    if (!lengths_.empty()) os << " contexts " << r_.options.as<DecodeAttentionOptions>().context_dist.text() << " (longest " << L_ << ")";
     if (paged_) os << " page_size=" << pool_.page_size;
     os << " splits=" << p_.splits;
     return os.str();

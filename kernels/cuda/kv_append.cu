@@ -106,7 +106,8 @@ namespace {
 std::optional<std::string> request_unsupported(const OpRequest& r, const Context&) {
   const auto a = KvAppendShape::of(r.shape);
   const bool paged = r.kind == kKvAppendPaged;
-  const std::uint64_t P = paged ? r.params["page_size"] : 0, cap = r.params["capacity"];
+  const auto& p = r.options.as<KvAppendOptions>();
+  const std::uint64_t P = paged ? p.page_size : 0, cap = p.capacity;
   if (auto why = kv_append_unsupported(r.dtype, static_cast<long long>(a.D), paged, static_cast<long long>(P)))
     return why;
   if (a.B == 0 || a.S == 0 || a.Hkv == 0) return std::string("KV append: batch, tokens and kv heads must be >= 1");
@@ -129,12 +130,12 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
     S_ = static_cast<int>(a.S);
     Hkv_ = static_cast<int>(a.Hkv);
     D_ = static_cast<int>(a.D);
-    cap_ = static_cast<int>(r.params["capacity"]);
+    cap_ = static_cast<int>(r.options.as<KvAppendOptions>().capacity);
     pos_ = cap_ - S_;
     const std::size_t es = element_bytes(r.dtype);
     new_elems_ = static_cast<std::size_t>(B_) * S_ * Hkv_ * D_;
     if (paged_) {
-      pool_ = BlockTable(r, B_, r.params["capacity"]);
+      pool_ = BlockTable(r, r.options.as<KvAppendOptions>().page_size, B_, r.options.as<KvAppendOptions>().capacity);
       cache_elems_ = static_cast<std::size_t>(B_) * pool_.pages_per_seq * Hkv_ * pool_.page_size * D_;
     } else {
       cache_elems_ = static_cast<std::size_t>(B_) * Hkv_ * cap_ * D_;

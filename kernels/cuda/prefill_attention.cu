@@ -20,7 +20,7 @@
 #include "cuda/ptx.cuh"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/prefill_attention.hpp"
 
 // The flash kernel, in the FlashAttention-2 manner, for any sm_80+ (mma.sync;
 // a wgmma/TMA path for sm_90a is not written):

@@ -81,7 +81,7 @@ TEST(Moe, DrawnRoutingIsSeededDistinctAndMatchesItsExpectation) {
 TEST(Moe, CostByHand) {
   const MoeShape s{5, 2, 8, 64, 48};  // T k E h I
   const auto f = WeightFormat::plain(DType::bf16);
-  const auto c = moe_experts_cost(s, 3.0, f, f, 2);
+  const auto c = moe_cost(s, 3.0, f, f, 2);
   const std::uint64_t rows = 10;
   EXPECT_EQ(c.total().flops, 2 * rows * 3 * 64 * 48);
   EXPECT_EQ(c.gate_up.bytes.weights, 3u * 2 * 96 * 64);
@@ -329,7 +329,7 @@ TEST(Moe, DecodeCrossingIsFarLaterThanADenseLayers) {
     MoeShape x = s;
     x.T = b;
     const auto f = WeightFormat::plain(DType::bf16);
-    return moe_experts_cost(x, expected_experts_touched(s.E, s.k, b, kUniform), f, f, 2).total().intensity();
+    return moe_cost(x, expected_experts_touched(s.E, s.k, b, kUniform), f, f, 2).total().intensity();
   };
   EXPECT_GE(intensity(*B), ridge);
   EXPECT_LT(intensity(*B - 1), ridge);

@@ -1,5 +1,5 @@
-// MLA decode attention on CUDA (decode_latent_attention.hpp), absorbed form,
-// and its operations (decode_latent_attention, decode_latent_attention_paged)
+// MLA decode attention on CUDA (latent_attention.hpp), absorbed form,
+// and its operations (latent_attention, latent_attention_paged)
 // verified against reference::latent_attention_head.
 //
 // Design. Every one of the H query heads attends over the same latent rows of
@@ -30,7 +30,7 @@
 //   to the workspace, and a reduction kernel combines the splits of each
 //   (sequence, head). Paged: each row's address goes through the block table,
 //   so any page size works and splits need no alignment to pages.
-#include "cuda/decode_latent_attention.hpp"
+#include "cuda/latent_attention.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -45,7 +45,7 @@
 
 #include "common/paged_kv.hpp"
 #include "reference/common.hpp"
-#include "reference/decode_latent_attention.hpp"
+#include "reference/latent_attention.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
@@ -429,8 +429,8 @@ namespace {
 LatentSplitPlan split_plan(const Context& ctx, const OpRequest& r) {
   const auto s = LatentAttentionShape::of(r.shape);
   return plan_latent_splits(static_cast<int>(s.B), static_cast<int>(s.H), static_cast<int>(s.L),
-                            r.params.get("splits", 0), ctx.sm_count,
-                            latent_attention_ctas_per_sm(r.dtype, r.kind == kDecodeLatentAttentionPaged));
+                            r.options.as<LatentAttentionOptions>().splits, ctx.sm_count,
+                            latent_attention_ctas_per_sm(r.dtype, r.kind == kLatentAttentionPaged));
 }
 
 std::optional<std::string> request_unsupported(const OpRequest& r, const Context& ctx) {
@@ -443,19 +443,19 @@ std::optional<std::string> request_unsupported(const OpRequest& r, const Context
   if (s.B > 65535) return "MLA decode attention: batch " + std::to_string(s.B) + " exceeds 65535 (a grid dimension)";
   if (s.L > static_cast<std::uint64_t>(INT_MAX) || s.H > static_cast<std::uint64_t>(INT_MAX))
     return std::string("MLA decode attention: context and heads must fit in 32 bits");
-  if (r.params.get("splits", 0) > static_cast<std::uint64_t>(kMaxLatentSplits))
-    return "MLA decode attention: " + std::to_string(r.params["splits"]) + " splits requested; at most " +
+  if (r.options.as<LatentAttentionOptions>().splits > static_cast<std::uint64_t>(kMaxLatentSplits))
+    return "MLA decode attention: " + std::to_string(r.options.as<LatentAttentionOptions>().splits) + " splits requested; at most " +
            std::to_string(kMaxLatentSplits);
-  if (r.kind == kDecodeLatentAttentionPaged &&
-      (s.B * pages_per_sequence(s.L, r.params["page_size"]) > static_cast<std::uint64_t>(INT_MAX) ||
-       r.params["page_size"] > static_cast<std::uint64_t>(INT_MAX)))
+  if (r.kind == kLatentAttentionPaged &&
+      (s.B * pages_per_sequence(s.L, r.options.as<LatentAttentionOptions>().page_size) > static_cast<std::uint64_t>(INT_MAX) ||
+       r.options.as<LatentAttentionOptions>().page_size > static_cast<std::uint64_t>(INT_MAX)))
     return std::string("MLA decode attention (paged): more than 2^31 pages");
   return std::nullopt;
 }
 
 class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
  public:
-  LatentAttentionOp(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r), paged_(r.kind == kDecodeLatentAttentionPaged) {
+  LatentAttentionOp(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r), paged_(r.kind == kLatentAttentionPaged) {
     const auto s = LatentAttentionShape::of(r.shape);
     B_ = static_cast<int>(s.B);  // cannot_run checked that every dimension fits
     H_ = static_cast<int>(s.H);
@@ -464,7 +464,7 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
     const std::size_t q_elems = static_cast<std::size_t>(B_) * H_ * kW;
     std::size_t cache_elems = static_cast<std::size_t>(B_) * L_ * kW;
     if (paged_) {
-      pool_ = BlockTable(r, B_, s.L);
+      pool_ = BlockTable(r, r.options.as<LatentAttentionOptions>().page_size, B_, s.L);
       cache_elems = static_cast<std::size_t>(B_) * pool_.pages_per_seq * pool_.page_size * kW;
     }
     const LatentSplitPlan plan = split_plan(ctx, r);
@@ -580,9 +580,9 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
 
 }  // namespace phasebench::cuda
 
-PHASEBENCH_CUDA_OPS(decode_latent_attention) {
+PHASEBENCH_CUDA_OPS(latent_attention) {
   using namespace phasebench;
   using namespace phasebench::cuda;
-  add_contiguous_and_paged<LatentAttentionOp>(registry, kDecodeLatentAttention, kDecodeLatentAttentionPaged,
+  add_contiguous_and_paged<LatentAttentionOp>(registry, kLatentAttention, kLatentAttentionPaged,
                                               request_unsupported, split_workspace_bytes<split_plan>);
 }
