@@ -1,6 +1,6 @@
 #pragma once
 // What the KV-cache and attention operations of the CUDA backend share
-// (decode_attention.cu, decode_latent_attention.cu, kv_append.cu,
+// (decode_attention.cu, latent_attention.cu, kv_append.cu,
 // prefill_attention.cu): the seeds of their buffers, the paged pool's fill,
 // reading results back for verification, the test access every one of them
 // implements, and the registration of a contiguous and a paged kind.

@@ -1,4 +1,4 @@
-// Our decode GEMV (kernels/cuda/decode_gemv.cu) against the CPU reference:
+// Our decode GEMV (kernels/cuda/linear_gemv.cu) against the CPU reference:
 // every batch 1..16 in bf16 and fp16, shapes with tails in N and K, repeated
 // calls (the split-K scratch must come back to zero), refusals, and a
 // corrupted output that verification must catch. Skips where no GPU is present;
@@ -10,7 +10,7 @@
 
 #include "backend.hpp"
 #include "cuda/cuda_op.hpp"
-#include "cuda/decode_gemv.hpp"
+#include "cuda/linear_gemv.hpp"
 #include "cuda/linear_verify.hpp"
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"

@@ -1,4 +1,4 @@
-// Our weight-only int4 decode GEMV (kernels/cuda/gemv_int4.cu) against the CPU
+// Our weight-only int4 decode GEMV (kernels/cuda/linear_int4.cu) against the CPU
 // reference: batches 1..16, group sizes 32..256, N and K with tails (N not a
 // multiple of the block's 8 rows, K past one warp step with a partial second),
 // repeated calls and refusals. (Its verification caught a planted wrong zero

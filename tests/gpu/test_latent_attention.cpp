@@ -1,4 +1,4 @@
-// MLA decode attention on CUDA (decode_latent_attention.cu) against the CPU
+// MLA decode attention on CUDA (latent_attention.cu) against the CPU
 // reference, through cuda::make_op: tail-heavy shapes (L = 1, L not a multiple
 // of the 32-token tile or the page, pages of 64 and of sizes that are not the
 // tile's, forced and automatic splits, 1, 5, 16, 20 and 128 heads, bf16 and
@@ -19,7 +19,7 @@
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
-#include "cuda/decode_latent_attention.hpp"
+#include "cuda/latent_attention.hpp"
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/latent_attention.hpp"

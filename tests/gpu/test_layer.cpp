@@ -7,7 +7,7 @@
 
 #include "backend.hpp"
 #include "cuda/cuda_op.hpp"
-#include "cuda/layer_op.hpp"
+#include "cuda/layer.hpp"
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/layer.hpp"

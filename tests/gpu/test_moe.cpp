@@ -1,4 +1,4 @@
-// The MoE experts on CUDA (kernels/cuda/moe_grouped.cu: cuBLAS's grouped GEMM
+// The MoE experts on CUDA (kernels/cuda/moe.cu: cuBLAS's grouped GEMM
 // with our permute, SiLU*up and combine kernels) against the CPU reference:
 // tail-heavy shapes (h and I not multiples of 8 or 16, odd token counts, experts
 // left without tokens, k = 1 and k = E - 1), every storage type, each routing, a
@@ -10,7 +10,7 @@
 
 #include "backend.hpp"
 #include "cuda/cuda_op.hpp"
-#include "cuda/moe_grouped.hpp"
+#include "cuda/moe.hpp"
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"

@@ -12,7 +12,7 @@
 // fp32 (the intermediates too), fp32 math; weights and inputs filled on the
 // device with the host's seeded values, so verification regenerates them on the
 // host and downloads only Y.
-#include "cuda/moe_grouped.hpp"
+#include "cuda/moe.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -276,7 +276,7 @@ class CublasMoeOp final : public PreparedOp, public MoeOpAccess {
 }  // namespace phasebench::cuda
 
 // The MoE experts' library row (kind moe_experts, impl blas): bf16, fp16, fp32.
-PHASEBENCH_CUDA_OPS(moe_grouped) {
+PHASEBENCH_CUDA_OPS(moe) {
   using namespace phasebench;
   using namespace phasebench::cuda;
   registry.add({kMoe, Impl::blas,

@@ -1,4 +1,4 @@
-// The whole-layer PreparedOp (see layer_op.hpp). The constructor allocates and
+// The whole-layer PreparedOp (see layer.hpp). The constructor allocates and
 // fills everything (weights scaled by 1/sqrt(fan-in) so activations stay of
 // order one through the layer), builds the four cuBLASLt matmuls and the
 // kernels' parameters, and synchronises; run() only enqueues; verify() runs
@@ -24,7 +24,7 @@
 #include "cuda/decode_attention.hpp"
 #include "cuda/elementwise.hpp"
 #include "cuda/kv_append.hpp"
-#include "cuda/layer_op.hpp"
+#include "cuda/layer.hpp"
 #include "cuda/linear_cublaslt.hpp"
 #include "cuda/prefill_attention.hpp"
 #include "phasebench/error.hpp"

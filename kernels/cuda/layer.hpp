@@ -17,7 +17,7 @@
 
 namespace phasebench::cuda {
 
-// The operation is registered in layer_op.cu (bf16 and fp16); make it with
+// The operation is registered in layer.cu (bf16 and fp16); make it with
 // make_op (cuda_op.hpp). Test access to that op (dynamic_cast the PreparedOp):
 class LayerOpAccess {
  public:

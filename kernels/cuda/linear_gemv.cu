@@ -29,7 +29,7 @@
 //   block writes Y directly: no atomics at all. Every shape gets all SMs busy
 //   with balanced work, including small N with large K, and a row block is shared
 //   by about units / CTAs / groups-per-row-block CTAs instead of 8x as many warps.
-#include "cuda/decode_gemv.hpp"
+#include "cuda/linear_gemv.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -315,7 +315,7 @@ std::string DecodeGemv::describe() const {
 
 // Our GEMV is the decode linear layer (kind linear, impl own) for batches up to
 // kGemvMaxBatch; beyond, the sweep keeps to cuBLASLt.
-PHASEBENCH_CUDA_OPS(decode_gemv) {
+PHASEBENCH_CUDA_OPS(linear_gemv) {
   using namespace phasebench;
   using namespace phasebench::cuda;
   registry.add({kLinear, Impl::own, takes_16bit,

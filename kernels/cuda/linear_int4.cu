@@ -181,7 +181,7 @@ class GemvInt4Op final : public PreparedOp {
 
 }  // namespace phasebench::cuda
 
-PHASEBENCH_CUDA_OPS(gemv_int4) {
+PHASEBENCH_CUDA_OPS(linear_int4) {
   using namespace phasebench;
   using namespace phasebench::cuda;
   registry.add({kLinearInt4, Impl::own, [](DType t, const Context&) { return t == DType::bf16; }, {},

@@ -1,4 +1,4 @@
-// MLA decode attention on CUDA (decode_latent_attention.hpp), absorbed form,
+// MLA decode attention on CUDA (latent_attention.hpp), absorbed form,
 // and its operations (decode_latent_attention, decode_latent_attention_paged)
 // verified against reference::latent_attention_head.
 //
@@ -30,7 +30,7 @@
 //   to the workspace, and a reduction kernel combines the splits of each
 //   (sequence, head). Paged: each row's address goes through the block table,
 //   so any page size works and splits need no alignment to pages.
-#include "cuda/decode_latent_attention.hpp"
+#include "cuda/latent_attention.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -580,7 +580,7 @@ class LatentAttentionOp final : public PreparedOp, public AttentionOpAccess {
 
 }  // namespace phasebench::cuda
 
-PHASEBENCH_CUDA_OPS(decode_latent_attention) {
+PHASEBENCH_CUDA_OPS(latent_attention) {
   using namespace phasebench;
   using namespace phasebench::cuda;
   add_contiguous_and_paged<LatentAttentionOp>(registry, kDecodeLatentAttention, kDecodeLatentAttentionPaged,

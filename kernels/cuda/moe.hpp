@@ -1,5 +1,5 @@
 #pragma once
-// The MoE experts operation on CUDA (moe_grouped.cu): the library row, cuBLAS's
+// The MoE experts operation on CUDA (moe.cu): the library row, cuBLAS's
 // grouped GEMM (cublasGemmGroupedBatchedEx) per projection, with our permute,
 // SiLU*up and combine kernels around it.
 
