@@ -256,11 +256,18 @@ SweepConfig sweep_config(const RunFlags& f, bool models_given, std::string& alia
                  ", kept for one release as an alias of --axis; instead use " + join_words(replacements, " ") + "\n";
   for (const auto& s : f.shapes) cfg.shapes.push_back(parse_shape(s));
   if (!f.ops.empty())
-    for (auto& g : CLI::detail::split(f.ops, ',')) cfg.groups.insert(g);
+    for (auto& g : CLI::detail::split(f.ops, ',')) {
+      const auto* group = OpRegistry::get().find_group_or_former(g);
+      if (group && group->name != g) cfg.former_groups.emplace(g, group->name);
+      cfg.groups.insert(group ? group->name : g);
+    }
   // --shape alone runs just those shapes.
   if (!cfg.shapes.empty() && f.ops.empty())
     for (const auto& g : OpRegistry::get().groups())
       if (g.from_shapes) cfg.groups.insert(g.name);
+  for (const auto& [was, is] : cfg.former_groups)
+    alias_note += "phasebench: note: the group " + was + " is now called " + is +
+                  "; its old name works for one release (--ops " + is + ", --axis " + is + ".AXIS=...)\n";
   cfg.compare_blas = !f.no_blas;
   for (const auto& m : cfg.models) load_model(m);  // unknown model: fail before choosing a device
   return cfg;

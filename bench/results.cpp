@@ -18,6 +18,7 @@
 
 #include "phasebench/error.hpp"
 #include "phasebench/json_file.hpp"
+#include "standing.hpp"
 
 namespace phasebench {
 
@@ -275,6 +276,7 @@ nlohmann::json load_results(const std::string& path) {
     throw InputError("results file '" + path + "' has schema version " + (v.is_null() ? std::string("(none)") : v.dump()) +
                      "; this phasebench reads versions " + std::to_string(kOldestReadableSchemaVersion) + " to " +
                      std::to_string(kResultsSchemaVersion));
+  upgrade_names(j);
   return j;
 }
 

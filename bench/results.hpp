@@ -16,7 +16,7 @@ namespace phasebench {
 
 // 2: context.phasebench.decode_linear_crossings (a run record of the linear operation, phasebench/report.hpp). Version 1 files
 // are still read (their crossings are computed when summarised).
-inline constexpr int kResultsSchemaVersion = 3;
+inline constexpr int kResultsSchemaVersion = 4;  // 4: a point's op is its kind (one name per operation)
 inline constexpr int kOldestReadableSchemaVersion = 1;
 
 // The file a run writes. Nothing measured is lost or clobbered: the constructor

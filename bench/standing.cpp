@@ -4,6 +4,8 @@
 #include <map>
 #include <string>
 
+#include "phasebench/op.hpp"
+
 namespace phasebench {
 
 namespace {
@@ -48,6 +50,20 @@ Standing standing_points(const nlohmann::json& results) {
     if (const auto* b = s.iteration ? s.iteration : s.median) out.push_back(b);
   }
   return out;
+}
+
+void upgrade_names(nlohmann::json& results) {
+  if (!results.is_object() || !results.contains("benchmarks") || !results.at("benchmarks").is_array()) return;
+  const auto& reg = OpRegistry::get();
+  for (auto& b : results.at("benchmarks")) {
+    if (!b.is_object() || !b.contains("phasebench") || !b.at("phasebench").is_object()) continue;
+    auto& pb = b.at("phasebench");
+    const auto kind = pb.find("op_kind");
+    if (kind == pb.end() || !kind->is_string()) continue;
+    const std::string current = reg.current_kind(kind->get<std::string>());
+    pb["op_kind"] = current;
+    pb["op"] = current;
+  }
 }
 
 nlohmann::json run_context(const nlohmann::json& results) {

@@ -20,6 +20,14 @@ namespace phasebench {
 // rule; tests/conformance holds the cases both must pass.
 Standing standing_points(const nlohmann::json& results);
 
+// Today's names in a results file written before an operation was renamed: each
+// phasebench block's op_kind becomes the kind that is or was called so
+// (OpRegistry::current_kind) and its op that kind (schema 4: a point's op is its
+// kind; before, decode/gemv, decode/attention, prefill/attention, ...). Blocks
+// without an op_kind keep their op. load_results applies it to every file it reads;
+// python/phasebench_tools/results.py does the same.
+void upgrade_names(nlohmann::json& results);
+
 // context.phasebench of `results` (an empty object when it has none).
 nlohmann::json run_context(const nlohmann::json& results);
 

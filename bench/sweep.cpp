@@ -176,13 +176,14 @@ void set_axis(SweepConfig& c, const std::string& assignment) {
     throw InputError("--axis " + quote_value(assignment) +
                      ": give GROUP.AXIS=VALUES, e.g. " + axis_example() + " (phasebench run --list-axes lists them)");
   const std::string group = assignment.substr(0, dot), axis = assignment.substr(dot + 1, eq - dot - 1);
-  const SweepGroup* g = OpRegistry::get().find_group(group);
+  const SweepGroup* g = OpRegistry::get().find_group_or_former(group);
   if (!g) throw InputError("--axis " + quote_value(assignment) + ": unknown group " + quote_value(group) + "; the groups are " + group_names());
+  if (g->name != group) c.former_groups.emplace(group, g->name);
   const AxisDecl* a = g->axis(axis);
   if (!a)
     throw InputError("--axis " + quote_value(assignment) + ": " + group + " has no axis " + quote_value(axis) + "; " +
                      axis_names(*g) + " (phasebench run --list-axes)");
-  set_values(c.axes[group], *a, assignment.substr(eq + 1), axis_flag(group, axis));
+  set_values(c.axes[g->name], *a, assignment.substr(eq + 1), axis_flag(group, axis));
 }
 
 std::vector<AxisAlias> axis_aliases() {
@@ -296,7 +297,7 @@ std::vector<std::string> group_models(const SweepGroup& g, const SweepConfig& c,
 std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend) {
   const auto& reg = OpRegistry::get();
   for (const auto& g : c.groups)
-    if (!reg.find_group(g)) throw InputError("--ops: unknown group '" + g + "'; use " + group_names());
+    if (!reg.find_group(g)) throw InputError("--ops: unknown group '" + g + "'; use " + group_names());  // sweep_config maps former names
   auto wanted = [&](const SweepGroup& g) { return c.groups.empty() || c.groups.count(g.name); };
   const bool gpu = backend.device().backend != "cpu";
   static const AxisValues kNoValues;

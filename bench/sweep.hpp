@@ -26,6 +26,9 @@ struct SweepConfig {
   // apply_defaults fills the rest.
   std::map<std::string, AxisValues> axes;
   std::vector<LinearShape> shapes;  // --shape M,N,K (groups made from_shapes)
+  // Former group names given in --ops or --axis (SweepGroup::former_names), with
+  // today's: the run says so once.
+  std::map<std::string, std::string> former_groups;
 };
 
 // The backend's defaults (the CPU's sweep finishes in a few minutes on 2 cores;

@@ -471,7 +471,7 @@ void add_mla_ops(std::vector<LayerOp>& ops, const ModelConfig& m, const StepShap
                        "); use --new-tokens 1");
     ops.push_back(batched("q_absorb", R, a.qk_nope, a.qk_nope));  // q_nope [nope] x W_UK -> [R] per head
     const LatentAttentionShape att{B, H, step.context, R, P};
-    LayerOp op{"attention", "decode_attention", att.shape(), decode_latent_attention_cost(att, p.c, p.a)};
+    LayerOp op{"attention", "decode_attention", att.shape(), latent_attention_cost(att, p.c, p.a)};
     op.variant = "MLA, absorbed";
     ops.push_back(op);
     ops.push_back(batched("v_absorb", a.v_head, R, a.v_head));  // [R] x W_UV -> [v_head] per head

@@ -85,11 +85,12 @@ const AxisDecl* SweepGroup::axis(std::string_view axis_name) const {
   return nullptr;
 }
 
-Point make_point(const std::string& phase, const std::string& op, const std::string& model, const std::string& target,
-                 const std::string& subject, OpRequest request, const std::vector<PointArg>& args, bool name_impl) {
+Point make_point(const std::string& phase, const std::string& model, const std::string& target, const std::string& subject,
+                 OpRequest request, const std::vector<PointArg>& args, bool name_impl) {
   Point p;
   p.phase = phase;
-  p.op = op;
+  p.op = request.kind;  // one name per operation: the point's op is its kind
+  const auto& op = p.op;
   p.model = model;
   p.target = target;
   p.name = phase + "/" + op + "/" + subject + "/" + std::string(to_string(request.dtype));
@@ -133,11 +134,17 @@ void OpRegistry::declare(OpDecl d) {
   if (std::any_of(ops_.begin(), ops_.end(), [&](const OpDecl& o) { return o.kind == d.kind; }))
     throw std::logic_error("operation '" + d.kind + "' is declared twice");
   if (!d.cost || !d.footprint) throw std::logic_error("operation '" + d.kind + "' declares no cost or footprint");
+  for (const auto& f : d.former_kinds)
+    for (const auto& o : ops_)
+      if (o.kind == f || std::find(o.former_kinds.begin(), o.former_kinds.end(), f) != o.former_kinds.end())
+        throw std::logic_error("operation '" + d.kind + "': its former name '" + f + "' names another operation");
   ops_.push_back(std::move(d));
 }
 
 void OpRegistry::group(SweepGroup g) {
-  if (find_group(g.name)) throw std::logic_error("sweep group '" + g.name + "' is declared twice");
+  if (find_group_or_former(g.name)) throw std::logic_error("sweep group '" + g.name + "' is declared twice");
+  for (const auto& f : g.former_names)
+    if (find_group_or_former(f)) throw std::logic_error("sweep group '" + g.name + "': its former name '" + f + "' is taken");
   if (g.name.empty() || g.name.find_first_of(".=, ") != std::string::npos)
     throw std::logic_error("sweep group '" + g.name + "': a name without '.', '=', ',' or spaces (--axis group.axis=...)");
   for (std::size_t i = 0; i < g.axes.size(); ++i) {
@@ -159,6 +166,13 @@ void OpRegistry::group(SweepGroup g) {
 const SweepGroup* OpRegistry::find_group(std::string_view name) const {
   for (const auto& g : groups_)
     if (g.name == name) return &g;
+  return nullptr;
+}
+
+const SweepGroup* OpRegistry::find_group_or_former(std::string_view name) const {
+  if (const auto* g = find_group(name)) return g;
+  for (const auto& g : groups_)
+    if (std::find(g.former_names.begin(), g.former_names.end(), name) != g.former_names.end()) return &g;
   return nullptr;
 }
 
@@ -184,6 +198,12 @@ void OpRegistry::section(SummarySection s) {
   if (std::any_of(sections_.begin(), sections_.end(), [&](const SummarySection& o) { return o.name == s.name; }))
     throw std::logic_error("summary section '" + s.name + "' is declared twice");
   sections_.push_back(std::move(s));
+}
+
+std::string OpRegistry::current_kind(std::string_view kind) const {
+  for (const auto& o : ops_)
+    if (std::find(o.former_kinds.begin(), o.former_kinds.end(), kind) != o.former_kinds.end()) return o.kind;
+  return std::string(kind);
 }
 
 const OpDecl& OpRegistry::op(std::string_view kind) const {

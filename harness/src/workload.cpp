@@ -189,7 +189,7 @@ OpCost prefill_attention_cost(const PrefillAttentionShape& s, std::uint64_t a, s
   return r;
 }
 
-OpCost decode_latent_attention_cost(const LatentAttentionShape& s, std::uint64_t c, std::uint64_t a) {
+OpCost latent_attention_cost(const LatentAttentionShape& s, std::uint64_t c, std::uint64_t a) {
   OpCost r;
   r.flops = mul({2, s.B, s.H, s.L, add(mul(2, s.R), s.P)}, "latent attention FLOPs");
   r.bytes.kv_cache = mul({c, s.B, s.L, s.R + s.P}, "latent cache bytes");
@@ -198,9 +198,9 @@ OpCost decode_latent_attention_cost(const LatentAttentionShape& s, std::uint64_t
   return r;
 }
 
-OpCost decode_latent_attention_paged_cost(const LatentAttentionShape& s, std::uint64_t c, std::uint64_t a,
+OpCost latent_attention_paged_cost(const LatentAttentionShape& s, std::uint64_t c, std::uint64_t a,
                                           std::uint64_t page_size) {
-  OpCost r = decode_latent_attention_cost(s, c, a);
+  OpCost r = latent_attention_cost(s, c, a);
   r.bytes.block_table = mul({4, s.B, pages_per_sequence(s.L, page_size)}, "block-table bytes");
   return r;
 }

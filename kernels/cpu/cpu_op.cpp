@@ -135,8 +135,8 @@ void CpuOp::evict() const {
   for (const auto& [p, n] : regions_) evict_range(p, n);
 }
 
-BlockTable::BlockTable(const OpRequest& r, std::uint64_t B, std::uint64_t tokens)
-    : page_size(r.params["page_size"]),
+BlockTable::BlockTable(const OpRequest& r, std::uint64_t page, std::uint64_t B, std::uint64_t tokens)
+    : page_size(page),
       pages_per_seq(pages_per_sequence(tokens, page_size)),
       host(scattered_block_table(B, pages_per_seq, r.seed + 4)) {}
 

@@ -74,12 +74,12 @@ class CpuOp : public PreparedOp {
   std::vector<std::pair<const void*, std::uint64_t>> regions_;
 };
 
-// The block table of a paged op: pages of r.params["page_size"] tokens, enough
+// The block table of a paged op: pages of `page_size` tokens, enough
 // for `tokens` per sequence, scattered by r.seed + 4 (common/paged_kv.hpp), so
 // paged and contiguous ops of a seed hold the same cache. Default: none (contiguous).
 struct BlockTable {
   BlockTable() = default;
-  BlockTable(const OpRequest& r, std::uint64_t B, std::uint64_t tokens);
+  BlockTable(const OpRequest& r, std::uint64_t page_size, std::uint64_t B, std::uint64_t tokens);
   const std::int32_t* table() const { return host.empty() ? nullptr : host.data(); }
 
   std::uint64_t page_size = 0, pages_per_seq = 0;

@@ -27,7 +27,7 @@
 #include "reference/common.hpp"
 #include "reference/decode_attention.hpp"
 #include "phasebench/checked.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/decode_attention.hpp"
 
 namespace phasebench::cpu {
 
@@ -262,7 +262,7 @@ class CpuDecodeAttention final : public CpuOp {
         S_(decode_attention_new_tokens(r)),
         Lmax_(decode_attention_max_length(r)) {
     const auto e = element_bytes(r.dtype), c = element_bytes(kv_t_);
-    if (decode_attention_context_dist(r).ragged()) {
+    if (r.options.as<DecodeAttentionOptions>().context_dist.ragged()) {
       lengths_ = decode_attention_lengths(r);
       track(lengths_.data(), lengths_.size() * sizeof(std::uint64_t));
     }
@@ -285,7 +285,7 @@ class CpuDecodeAttention final : public CpuOp {
       k_ = std::move(k);
       v_ = std::move(v);
     } else {
-      pages_ = BlockTable(r, s_.B, Lmax_);
+      pages_ = BlockTable(r, r.options.as<DecodeAttentionOptions>().page_size, s_.B, Lmax_);
       const std::uint64_t pool = mul({s_.B * pages_.pages_per_seq, s_.Hkv, pages_.page_size, s_.D, c}, "page pool bytes");
       k_ = HostBuffer(pool);
       v_ = HostBuffer(pool);
@@ -346,7 +346,7 @@ class CpuDecodeAttention final : public CpuOp {
                                     " Hq=" + std::to_string(s_.Hq) +
                                     " Hkv=" + std::to_string(s_.Hkv) + " L=" + std::to_string(s_.L) +
                                     " D=" + std::to_string(D) + " S=" + std::to_string(S_) +
-                                    (lengths_.empty() ? "" : " contexts " + decode_attention_context_dist(r_).text()) +
+                                    (lengths_.empty() ? "" : " contexts " + r_.options.as<DecodeAttentionOptions>().context_dist.text()) +
                                     ")");
   }
 

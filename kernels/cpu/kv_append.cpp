@@ -83,8 +83,8 @@ class CpuKvAppend final : public CpuOp {
   explicit CpuKvAppend(const OpRequest& r)
       : CpuOp(r.cost().bytes.total()), r_(r), s_(KvAppendShape::of(r.shape)), paged_(r.kind == kKvAppendPaged) {
     const auto e = element_bytes(r.dtype);
-    const auto capacity = r.params["capacity"];
-    if (paged_) pages_ = BlockTable(r, s_.B, capacity);
+    const auto capacity = r.options.as<KvAppendOptions>().capacity;
+    if (paged_) pages_ = BlockTable(r, r.options.as<KvAppendOptions>().page_size, s_.B, capacity);
     cap_ = paged_ ? pages_.pages_per_seq * pages_.page_size : capacity;
     pos_ = capacity - s_.S;  // append at the end of the cache
     const std::uint64_t n_new = mul({s_.B, s_.S, s_.Hkv, s_.D});
@@ -157,7 +157,7 @@ class CpuKvAppend final : public CpuOp {
 bool float_type(DType t) { return t == DType::fp32 || t == DType::bf16 || t == DType::fp16; }
 
 std::optional<std::string> shape_limits(const OpRequest& r, const CpuEnv&) {
-  if (r.params["capacity"] < r.shape["S"]) return "KV append: cache capacity is smaller than the tokens appended";
+  if (r.options.as<KvAppendOptions>().capacity < r.shape["S"]) return "KV append: cache capacity is smaller than the tokens appended";
   return std::nullopt;
 }
 

@@ -22,7 +22,7 @@
 #include "reference/common.hpp"
 #include "reference/prefill_attention.hpp"
 #include "phasebench/checked.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/prefill_attention.hpp"
 
 namespace phasebench::cpu {
 

@@ -46,9 +46,9 @@ std::vector<std::uint64_t> spread_sample(std::uint64_t total, std::uint64_t n) {
   return idx;
 }
 
-BlockTable::BlockTable(const OpRequest& r, int B, std::uint64_t tokens)
-    : page_size(static_cast<int>(r.params["page_size"])),
-      pages_per_seq(static_cast<int>(pages_per_sequence(tokens, r.params["page_size"]))),
+BlockTable::BlockTable(const OpRequest& r, std::uint64_t page, int B, std::uint64_t tokens)
+    : page_size(static_cast<int>(page)),
+      pages_per_seq(static_cast<int>(pages_per_sequence(tokens, page))),
       host(scattered_block_table(static_cast<std::uint64_t>(B), static_cast<std::uint64_t>(pages_per_seq),
                                  seed_of(r.seed, KvBuf::block_table))) {}
 

@@ -38,13 +38,13 @@ std::vector<std::uint64_t> spread_sample(std::uint64_t total, std::uint64_t n);
 void paged_logical_fill(void* pool, const std::int32_t* block_table, DType t, std::uint64_t seed, int B, int Hkv, int L,
                         int D, int P, int pages_per_seq, cudaStream_t stream);
 
-// The block table of a paged op: pages of r.params["page_size"] tokens, enough
+// The block table of a paged op: pages of `page_size` tokens, enough
 // for `tokens` per sequence, scattered by seed_of(r.seed, KvBuf::block_table)
 // (common/paged_kv.hpp); the host copy for verification, the device copy
 // (to_device, enqueued on the stream) for the kernel. Default: a contiguous op's, none.
 struct BlockTable {
   BlockTable() = default;
-  BlockTable(const OpRequest& r, int B, std::uint64_t tokens);
+  BlockTable(const OpRequest& r, std::uint64_t page_size, int B, std::uint64_t tokens);
   void to_device(cudaStream_t stream);
   const std::int32_t* table() const { return device.as<std::int32_t>(); }
 

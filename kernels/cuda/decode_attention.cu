@@ -30,7 +30,7 @@
 #include "cuda/decode_attention_plan.hpp"
 #include "cuda/dispatch.cuh"
 #include "phasebench/error.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/decode_attention.hpp"
 
 namespace phasebench::cuda {
 
@@ -186,7 +186,7 @@ class DecodeAttentionOp final : public AttentionOpBase {
     const std::size_t q_elems = static_cast<std::size_t>(p_.B) * p_.S * p_.Hq * p_.D;
     std::size_t kv_elems = static_cast<std::size_t>(p_.B) * p_.Hkv * p_.L * p_.D;
     if (paged_) {
-      pool_ = BlockTable(r, p_.B, static_cast<std::uint64_t>(p_.L));
+      pool_ = BlockTable(r, r.options.as<DecodeAttentionOptions>().page_size, p_.B, static_cast<std::uint64_t>(p_.L));
       kv_elems = static_cast<std::size_t>(p_.B) * pool_.pages_per_seq * p_.Hkv * pool_.page_size * p_.D;
     }
     q_ = DeviceBuffer(q_elems * es);
@@ -298,7 +298,7 @@ class DecodeAttentionOp final : public AttentionOpBase {
        << (kv_t_ == DType::fp8 ? " fp8 cache" : "") << " B=" << p_.B
        << " Hq=" << p_.Hq << " Hkv=" << p_.Hkv << " L=" << p_.L << " D=" << p_.D;
     if (p_.S > 1) os << " S=" << p_.S;
-    if (!lengths_.empty()) os << " contexts " << decode_attention_context_dist(r_).text() << " (longest " << p_.L << ")";
+    if (!lengths_.empty()) os << " contexts " << r_.options.as<DecodeAttentionOptions>().context_dist.text() << " (longest " << p_.L << ")";
     if (paged_) os << " page_size=" << pool_.page_size;
     os << " splits=" << p_.splits;
     return os.str();

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/decode_attention.hpp"
 
 namespace phasebench::cuda {
 
@@ -81,7 +81,8 @@ namespace {
 std::optional<std::string> request_unsupported(const OpRequest& r, const Context& ctx) {
   const auto a = AttentionShape::of(r.shape);
   const bool paged = r.kind == kDecodeAttentionPaged;
-  const std::uint64_t P = paged ? r.params["page_size"] : 0;
+  const auto& o = r.options.as<DecodeAttentionOptions>();
+  const std::uint64_t P = paged ? o.page_size : 0;
   const auto S = decode_attention_new_tokens(r);
   if (auto why = decode_attention_unsupported(r.dtype, static_cast<long long>(a.Hq), static_cast<long long>(a.Hkv),
                                               static_cast<long long>(a.D), paged, static_cast<long long>(P),
@@ -89,7 +90,7 @@ std::optional<std::string> request_unsupported(const OpRequest& r, const Context
     return why;
   if (a.L == 0) return std::string("decode attention: batch and context must be >= 1");
   if (auto why = split_kv_request_unsupported("decode attention", a.B, decode_attention_max_length(r),
-                                              r.params.get("splits", 0), kMaxDecodeSplits, P))
+                                              o.splits, kMaxDecodeSplits, P))
     return why;
   const int rows = static_cast<int>(std::min<std::uint64_t>(S * (a.Hq / a.Hkv), 1 << 20));
   if (auto why = shared_memory_unsupported(
@@ -106,14 +107,15 @@ std::shared_ptr<const DecodeAttentionPlan> plan_decode_attention(const OpRequest
     const auto a = AttentionShape::of(r.shape);
     plan.paged = r.kind == kDecodeAttentionPaged;
     plan.kv_dtype = decode_attention_kv_dtype(r);
+    const auto& o = r.options.as<DecodeAttentionOptions>();
     // Every dimension fits in int: the check's 32-bit indexing and the limits above.
     const int B = static_cast<int>(a.B), Hq = static_cast<int>(a.Hq), Hkv = static_cast<int>(a.Hkv),
               L = static_cast<int>(decode_attention_max_length(r)), D = static_cast<int>(a.D),
               S = static_cast<int>(decode_attention_new_tokens(r));
-    const int page_size = plan.paged ? static_cast<int>(r.params["page_size"]) : 0;
-    plan.split = plan_decode_splits(r.dtype, B, Hq, Hkv, L, D, page_size, r.params.get("splits", 0), ctx.sm_count,
+    const int page_size = plan.paged ? static_cast<int>(o.page_size) : 0;
+    plan.split = plan_decode_splits(r.dtype, B, Hq, Hkv, L, D, page_size, o.splits, ctx.sm_count,
                                     plan.kv_dtype == DType::fp8, S);
-    if (decode_attention_context_dist(r).ragged())
+    if (o.context_dist.ragged())
       for (auto l : decode_attention_lengths(r)) plan.lengths.push_back(static_cast<int>(l));
     DecodeAttentionParams& p = plan.params;
     p = decode_attention_params(r.dtype, nullptr, nullptr, nullptr, nullptr, B, Hq, Hkv, L, D, plan.split.splits,
@@ -121,7 +123,7 @@ std::shared_ptr<const DecodeAttentionPlan> plan_decode_attention(const OpRequest
     p.S = S;
     p.page_size = page_size;
     p.pages_per_seq =
-        plan.paged ? static_cast<int>(pages_per_sequence(static_cast<std::uint64_t>(L), r.params["page_size"])) : 0;
+        plan.paged ? static_cast<int>(pages_per_sequence(static_cast<std::uint64_t>(L), o.page_size)) : 0;
     p.kv_fp8 = plan.kv_dtype == DType::fp8;
     plan.scratch_bytes = plan.split.workspace_floats * sizeof(float);
   });

@@ -74,7 +74,7 @@ class KvAppendOp final : public AttentionOpBase {
     const std::size_t es = element_bytes(r.dtype);
     new_elems_ = static_cast<std::size_t>(B_) * S_ * Hkv_ * D_;
     if (paged_) {
-      pool_ = BlockTable(r, B_, r.params["capacity"]);
+      pool_ = BlockTable(r, r.options.as<KvAppendOptions>().page_size, B_, r.options.as<KvAppendOptions>().capacity);
       cache_elems_ = static_cast<std::size_t>(B_) * pool_.pages_per_seq * Hkv_ * pool_.page_size * D_;
     } else {
       cache_elems_ = static_cast<std::size_t>(B_) * Hkv_ * cap_ * D_;

@@ -22,7 +22,8 @@ namespace {
 std::optional<std::string> request_unsupported(const OpRequest& r, const Context&) {
   const auto a = KvAppendShape::of(r.shape);
   const bool paged = r.kind == kKvAppendPaged;
-  const std::uint64_t P = paged ? r.params["page_size"] : 0, cap = r.params["capacity"];
+  const auto& o = r.options.as<KvAppendOptions>();
+  const std::uint64_t P = paged ? o.page_size : 0, cap = o.capacity;
   if (auto why = kv_append_unsupported(r.dtype, static_cast<long long>(a.D), paged, static_cast<long long>(P)))
     return why;
   if (a.B == 0 || a.S == 0 || a.Hkv == 0) return std::string("KV append: batch, tokens and kv heads must be >= 1");
@@ -43,11 +44,12 @@ std::shared_ptr<const KvAppendPlan> plan_kv_append(const OpRequest& r, const Con
   return make_plan<KvAppendPlan>(request_unsupported(r, ctx), [&](KvAppendPlan& plan) {
     const auto a = KvAppendShape::of(r.shape);
     plan.paged = r.kind == kKvAppendPaged;
+    const auto& o = r.options.as<KvAppendOptions>();
     // Every dimension fits in int: the check's 32-bit indexing and the limits above.
-    const int S = static_cast<int>(a.S), cap = static_cast<int>(r.params["capacity"]);
-    const int page_size = plan.paged ? static_cast<int>(r.params["page_size"]) : 0;
+    const int S = static_cast<int>(a.S), cap = static_cast<int>(o.capacity);
+    const int page_size = plan.paged ? static_cast<int>(o.page_size) : 0;
     const int pages_per_seq =
-        plan.paged ? static_cast<int>(pages_per_sequence(r.params["capacity"], r.params["page_size"])) : 0;
+        plan.paged ? static_cast<int>(pages_per_sequence(o.capacity, o.page_size)) : 0;
     plan.params = kv_append_params(r.dtype, nullptr, nullptr, nullptr, nullptr, static_cast<int>(a.B), S,
                                    static_cast<int>(a.Hkv), static_cast<int>(a.D), cap, cap - S, nullptr, page_size,
                                    pages_per_seq);

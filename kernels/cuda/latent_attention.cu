@@ -1,6 +1,6 @@
 // MLA decode attention on CUDA (latent_attention.hpp): the launcher of the
-// kernels (latent_attention.cuh) and the operations (decode_latent_attention,
-// decode_latent_attention_paged), built from their request's plan
+// kernels (latent_attention.cuh) and the operations (latent_attention,
+// latent_attention_paged), built from their request's plan
 // (latent_attention_plan.hpp) and verified against reference::latent_attention_head.
 #include "cuda/latent_attention.hpp"
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "reference/common.hpp"
-#include "reference/decode_latent_attention.hpp"
+#include "reference/latent_attention.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
@@ -86,7 +86,7 @@ class LatentAttentionOp final : public AttentionOpBase {
     const std::size_t q_elems = static_cast<std::size_t>(B_) * H_ * kW;
     std::size_t cache_elems = static_cast<std::size_t>(B_) * L_ * kW;
     if (paged_) {
-      pool_ = BlockTable(r, B_, static_cast<std::uint64_t>(L_));
+      pool_ = BlockTable(r, r.options.as<LatentAttentionOptions>().page_size, B_, static_cast<std::uint64_t>(L_));
       cache_elems = static_cast<std::size_t>(B_) * pool_.pages_per_seq * pool_.page_size * kW;
     }
     q_ = DeviceBuffer(q_elems * es);
@@ -179,6 +179,6 @@ class LatentAttentionOp final : public AttentionOpBase {
 PHASEBENCH_CUDA_OPS(latent_attention) {
   using namespace phasebench;
   using namespace phasebench::cuda;
-  add_contiguous_and_paged<LatentAttentionOp>(registry, kDecodeLatentAttention, kDecodeLatentAttentionPaged,
+  add_contiguous_and_paged<LatentAttentionOp>(registry, kLatentAttention, kLatentAttentionPaged,
                                               plan_latent_attention);
 }

@@ -55,12 +55,13 @@ namespace {
 
 std::optional<std::string> request_unsupported(const OpRequest& r, const Context& ctx) {
   const auto s = LatentAttentionShape::of(r.shape);
+  const auto& o = r.options.as<LatentAttentionOptions>();
   if (auto why = shared_memory_unsupported("MLA decode attention", latent_attention_smem_bytes(), ctx)) return why;
   if (auto why = latent_attention_unsupported(r.dtype, static_cast<long long>(s.H), static_cast<long long>(s.R),
                                               static_cast<long long>(s.P)))
     return why;
-  return split_kv_request_unsupported("MLA decode attention", s.B, s.L, r.params.get("splits", 0), kMaxLatentSplits,
-                                      r.kind == kDecodeLatentAttentionPaged ? r.params["page_size"] : 0);
+  return split_kv_request_unsupported("MLA decode attention", s.B, s.L, o.splits, kMaxLatentSplits,
+                                      r.kind == kLatentAttentionPaged ? o.page_size : 0);
 }
 
 }  // namespace
@@ -68,13 +69,14 @@ std::optional<std::string> request_unsupported(const OpRequest& r, const Context
 std::shared_ptr<const LatentAttentionPlan> plan_latent_attention(const OpRequest& r, const Context& ctx) {
   return make_plan<LatentAttentionPlan>(request_unsupported(r, ctx), [&](LatentAttentionPlan& plan) {
     const auto s = LatentAttentionShape::of(r.shape);
-    plan.paged = r.kind == kDecodeLatentAttentionPaged;
+    plan.paged = r.kind == kLatentAttentionPaged;
     // Every dimension fits in int: the check's 32-bit indexing.
     plan.B = static_cast<int>(s.B);
     plan.H = static_cast<int>(s.H);
     plan.L = static_cast<int>(s.L);
     plan.scale_log2 = static_cast<float>(1.4426950408889634 * latent_attention_scale(r));
-    plan.split = plan_latent_splits(plan.B, plan.H, plan.L, r.params.get("splits", 0), ctx.sm_count,
+    plan.split = plan_latent_splits(plan.B, plan.H, plan.L, r.options.as<LatentAttentionOptions>().splits,
+                                    ctx.sm_count,
                                     latent_attention_ctas_per_sm(r.dtype, plan.paged));
     plan.scratch_bytes = plan.split.workspace_floats * sizeof(float);
   });

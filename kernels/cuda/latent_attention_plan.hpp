@@ -33,7 +33,7 @@ int latent_min_chunk(int H);
 // tile); the workspace holds B*H*splits*(512 + 2) floats.
 SplitKvPlan plan_latent_splits(int B, int H, int L, std::uint64_t requested, int sm_count, int ctas_per_sm);
 
-// An MLA decode attention request's plan (kinds decode_latent_attention and its
+// An MLA decode attention request's plan (kinds latent_attention and its
 // paged kind): its limits, and when it can run, the kernels' dimensions and the
 // split plan.
 struct LatentAttentionPlan : OpPlan {

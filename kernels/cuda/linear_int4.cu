@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) gemv_int4_kernel(Int4Params p) {
 
 std::optional<std::string> gemv_int4_unsupported(const OpRequest& r) {
   const auto s = LinearShape::of(r.shape);
-  const auto G = r.params["group"];
+  const auto G = r.options.as<LinearInt4Options>().group;
   if (s.M < 1 || s.M > static_cast<std::uint64_t>(kMaxBatch))
     return "the int4 GEMV handles a batch (M) of 1.." + std::to_string(kMaxBatch) + ", not " + std::to_string(s.M);
   if (G < 32 || G % 32 != 0 || s.K % G != 0)
@@ -108,7 +108,7 @@ std::optional<std::string> gemv_int4_unsupported(const OpRequest& r) {
 class GemvInt4Op final : public PreparedOp {
  public:
   GemvInt4Op(Context& ctx, const OpRequest& r)
-      : ctx_(ctx), s_(LinearShape::of(r.shape)), G_(r.params["group"]) {
+      : ctx_(ctx), s_(LinearShape::of(r.shape)), G_(r.options.as<LinearInt4Options>().group) {
     if (auto why = gemv_int4_unsupported(r)) throw Unsupported(*why);
     const Int4Layout l{s_.N, s_.K, G_};
     hq_.resize(l.q_bytes());

@@ -275,7 +275,7 @@ class CublasMoeOp final : public PreparedOp, public MoeOpAccess {
 
 }  // namespace phasebench::cuda
 
-// The MoE experts' library row (kind moe_experts, impl blas): bf16, fp16, fp32.
+// The MoE experts' library row (kind moe, impl blas): bf16, fp16, fp32.
 PHASEBENCH_CUDA_OPS(moe) {
   using namespace phasebench;
   using namespace phasebench::cuda;

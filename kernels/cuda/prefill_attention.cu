@@ -24,7 +24,7 @@
 #include "cuda/prefill_attention.cuh"
 #include "cuda/prefill_attention_plan.hpp"
 #include "phasebench/error.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/prefill_attention.hpp"
 
 namespace phasebench::cuda {
 

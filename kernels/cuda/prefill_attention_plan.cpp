@@ -6,7 +6,7 @@
 #include <exception>
 
 #include "phasebench/checked.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/prefill_attention.hpp"
 
 namespace phasebench::cuda {
 

@@ -1,5 +1,5 @@
 #pragma once
-// The reference of decode attention (ops/attention.hpp): one query head over
+// The reference of decode attention (ops/decode_attention.hpp): one query head over
 // its context, and the per-head scales of an fp8 KV cache.
 #include <cstddef>
 #include <functional>

@@ -1,5 +1,5 @@
 #pragma once
-// The reference of causal prefill attention (ops/attention.hpp): one prompt
+// The reference of causal prefill attention (ops/prefill_attention.hpp): one prompt
 // row, and which rows of a tiled output are worth checking.
 #include <cstddef>
 #include <cstdint>

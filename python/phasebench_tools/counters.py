@@ -66,7 +66,11 @@ def load(path: str) -> dict:
     for b in doc.get("benchmarks", []):
         pb = b.get("phasebench") if isinstance(b, dict) else None
         if isinstance(pb, dict):
-            points[pr.make_key(pb)] = {"name": b.get("name", ""), **pb}
+            # Today's names, so a table counted before an operation was renamed still
+            # matches (and its names select today's points: phasebench-ncu plan).
+            name = pr.current_point_name(str(b.get("name", "")), pb)
+            pb = pr.current_names(pb)
+            points[pr.make_key(pb)] = {"name": name, **pb}
     if not points:
         raise pr.ResultsError(path, "holds no counted point")
     return {"path": path, "context": ctx, "points": points}

@@ -55,20 +55,20 @@ def check(paths: list) -> tuple:
             # A suspect paired fraction (above the read it was paired with) is not a result.
             paired = None if pr.get("suspect") else pr.get("fraction_median")
             row = None
-            if big and p.op == "gemv" and p.key.impl == "own" and shape.get("M") == 1:
+            if big and p.phase == "decode" and p.op == "linear" and p.key.impl == "own" and shape.get("M") == 1:
                 row = gemv
-            elif big and p.op == "attention":
+            elif big and p.op == "decode_attention":
                 row = attention
             if row is not None and frac is not None:
                 row.append((frac, paired))
                 lines.append(f"  {p.name[:72]:72s} {100 * frac:5.1f}%  paired " +
                              (f"{100 * paired:5.1f}%" if paired is not None else "    -"))
-            if big and p.op in ("attention", "attention_paged"):
+            if big and p.op in ("decode_attention", "decode_attention_paged"):
                 key = (p.key.model, p.dtype, shape.get("B"), shape.get("L"), shape.get("Hq"), shape.get("D"))
                 times.setdefault(key, {})[p.op] = p.median_s
         for key, t in sorted(times.items(), key=str):
-            if "attention" in t and "attention_paged" in t:
-                paged_ratio.append(t["attention_paged"] / t["attention"])
+            if "decode_attention" in t and "decode_attention_paged" in t:
+                paged_ratio.append(t["decode_attention_paged"] / t["decode_attention"])
     return gemv, attention, paged_ratio, lines, warnings
 
 

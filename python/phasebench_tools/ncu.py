@@ -62,12 +62,12 @@ MEAN_METRICS = {"launch__registers_per_thread", "sm__warps_active.avg.pct_of_pea
 
 #: The points the ncu step profiles by default: one per kernel family, as named in the table.
 DEFAULT_POINTS = (
-    r"^decode/gemv/llama-3\.1-8b\.down_proj/bf16/batch:1/impl:own$",
-    r"^decode/gemv_int4/llama-3\.1-8b\.down_proj/bf16/batch:1/group:128/impl:own$",
-    r"^decode/attention/llama-3\.1-8b/bf16/batch:8/context:4096$",
-    r"^decode/attention/llama-3\.1-70b/bf16/batch:8/context:4096$",
+    r"^decode/linear/llama-3\.1-8b\.down_proj/bf16/batch:1/impl:own$",
+    r"^decode/linear_int4/llama-3\.1-8b\.down_proj/bf16/batch:1/group:128/impl:own$",
+    r"^decode/decode_attention/llama-3\.1-8b/bf16/batch:8/context:4096$",
+    r"^decode/decode_attention/llama-3\.1-70b/bf16/batch:8/context:4096$",
     r"^decode/latent_attention/deepseek-v3/bf16/batch:8/context:1024$",
-    r"^prefill/attention/llama-3\.1-8b/bf16/batch:1/prompt:2048/impl:own$",
+    r"^prefill/prefill_attention/llama-3\.1-8b/bf16/batch:1/prompt:2048/impl:own$",
     r"^decode/kv_append/llama-3\.1-8b/bf16/batch:32/context:4096$",
 )
 

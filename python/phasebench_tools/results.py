@@ -54,7 +54,40 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 #: Schema versions of context.phasebench.schema_version this module understands.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4)
+
+#: Operations' former kind names -> today's (the C++ declarations' OpDecl::former_kinds;
+#: tests/conformance holds old files both readers must read alike). From schema 4 a point's
+#: op is its kind; older files name ops otherwise (decode/gemv, decode/attention, ...), so
+#: a file is read with op := today's kind, whatever it wrote.
+FORMER_KINDS = {
+    "moe_experts": "moe",
+    "decode_latent_attention": "latent_attention",
+    "decode_latent_attention_paged": "latent_attention_paged",
+}
+
+
+def current_names(pb: dict) -> dict:
+    """Gives a phasebench block today's names, in place (the loader's own copy of the file, as
+    bench/standing.cpp's upgrade_names): op_kind renamed where the kind was, op set to it.
+    A block without an op_kind keeps its op. Returns the block."""
+    kind = pb.get("op_kind")
+    if isinstance(kind, str):
+        kind = FORMER_KINDS.get(kind, kind)
+        pb["op_kind"] = kind
+        pb["op"] = kind
+    return pb
+
+
+def current_point_name(name: str, old_pb: dict) -> str:
+    """A point name (phase/op/...) with today's op in place of the one `old_pb` recorded,
+    so a point of an older file can select the same point of today's program."""
+    parts = name.split("/")
+    old_op = old_pb.get("op")
+    new_op = current_names(dict(old_pb)).get("op")
+    if len(parts) > 1 and parts[1] == old_op and new_op != old_op:
+        parts[1] = str(new_op)
+    return "/".join(parts)
 
 #: The first schema version whose files record the decode-linear ridge crossings.
 CROSSINGS_SCHEMA_VERSION = 2
@@ -122,10 +155,13 @@ def _freeze(v: Any) -> Any:
 
 
 def make_key(pb: dict) -> Key:
+    """The point's key, with today's op name (current_names) whatever schema wrote the block."""
     args = pb.get("args") or {}
     if not isinstance(args, dict):
         args = {"args": args}
-    return Key(phase=str(pb.get("phase", "")), op=str(pb.get("op", "")), model=str(pb.get("model", "")),
+    kind = pb.get("op_kind")
+    op = FORMER_KINDS.get(kind, kind) if isinstance(kind, str) else pb.get("op", "")
+    return Key(phase=str(pb.get("phase", "")), op=str(op), model=str(pb.get("model", "")),
                target=str(pb.get("target", "") or ""), dtype=str(pb.get("dtype", "")),
                impl=str(pb.get("impl", "") or ""), args=_freeze(args))
 
@@ -555,7 +591,7 @@ def parse_results(doc: Any, path: str = "<results>") -> Results:
         if standing is None:
             without += 1
             continue
-        e = standing["phasebench"]
+        e = current_names(standing["phasebench"])
         key = make_key(e)
         pid = _point_id(standing, -1)
         name = pid if isinstance(pid, str) else key.label()

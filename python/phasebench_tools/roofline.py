@@ -44,8 +44,8 @@ from . import results as pr  # noqa: E402
 
 PHASE_COLORS = {"prefill": "#1f77b4", "decode": "#d62728", "free": "#2ca02c"}
 OTHER_PHASE_COLOR = "#7f7f7f"
-OP_MARKERS = {"gemv": "o", "linear": "s", "attention": "^", "attention_paged": "v", "kv_append": "D",
-              "kv_append_paged": "d"}
+OP_MARKERS = {"linear": "s", "decode_attention": "^", "decode_attention_paged": "v", "prefill_attention": "^",
+              "kv_append": "D", "kv_append_paged": "d"}
 EXTRA_MARKERS = ["P", "X", "*", "h", "<", ">", "p", "8"]
 SOURCE_STYLES = {"measured": "-", "datasheet": "--", "theoretical": ":"}
 # Vertical crossing lines of the decode-linear plot (the measured crossing is solid).

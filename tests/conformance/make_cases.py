@@ -152,8 +152,8 @@ def basic_schema3():
         "about": "a plain schema 3 run: one entry per point, each stands; intensity M*1024/(1024+2M) reaches "
                  "P_eff/W_eff = 100 at batch 125 and the measured ridge 200 at 329",
         "standing": standing(doc, 0, 1, 2, 3, 4, 5),
-        "groups": [group("decode", "attention", 1, 0.4, 0.4), group("decode", "attention_paged", 1, 0.3, 0.3),
-                   group("decode", "gemv", 4, 0.9, 0.75)],
+        "groups": [group("decode", "decode_attention", 1, 0.4, 0.4), group("decode", "decode_attention_paged", 1, 0.3, 0.3),
+                   group("decode", "linear", 4, 0.9, 0.75)],
         "crossings_recorded": [answer_crossing("125", 125)],
         "crossings_computed": [answer_crossing("125", 125)]}
 
@@ -175,7 +175,7 @@ def repeat_later_failed():
                  "statistics), so batch 256 is an error, left out of the crossing: batches 1, 8, 64 all stream at "
                  "1 TB/s, hence '> 64'",
         "standing": standing(doc, 4, 5, 6, 7),
-        "groups": [group("decode", "gemv", 3, 0.8, 0.8, errors=1)],
+        "groups": [group("decode", "linear", 3, 0.8, 0.8, errors=1)],
         "crossings_recorded": [answer_crossing("> 64", None)],
         "crossings_computed": [answer_crossing("> 64", None)]}
 
@@ -195,8 +195,8 @@ def skipped_only():
         "about": "skipped points count as skipped, once per point however many repetitions; a group of skipped "
                  "points only has no fractions",
         "standing": standing(doc, 0, 1, 3),
-        "groups": [group("decode", "attention", 1, 0.5, 0.5, skipped=1),
-                   group("decode", "attention_paged", 0, skipped=1)],
+        "groups": [group("decode", "decode_attention", 1, 0.5, 0.5, skipped=1),
+                   group("decode", "decode_attention_paged", 0, skipped=1)],
         "crossings_recorded": [], "crossings_computed": []}
 
 
@@ -212,7 +212,7 @@ def aggregates_only():
         "about": "no iteration entries: each point's median aggregate (the one with the phasebench object) "
                  "stands; mean, stddev and cv are never read; a point with a mean alone is no point",
         "standing": standing(doc, 1, 5),
-        "groups": [group("decode", "attention", 2, 0.4, 0.3)],
+        "groups": [group("decode", "decode_attention", 2, 0.4, 0.3)],
         "crossings_recorded": [], "crossings_computed": []}
 
 
@@ -227,7 +227,7 @@ def iterations_beat_aggregates():
         "about": "aggregates count only for a point that has no iteration entry with a phasebench object; here the "
                  "iterations stand, the last of them",
         "standing": standing(doc, 1),
-        "groups": [group("decode", "attention", 1, 0.6, 0.6)],
+        "groups": [group("decode", "decode_attention", 1, 0.6, 0.6)],
         "crossings_recorded": [], "crossings_computed": []}
 
 
@@ -248,7 +248,7 @@ def entries_without_block():
                  "iteration has none, the one before stands; batch 32: a null phasebench is none, no point (the "
                  "Python tools warn about it)",
         "standing": standing(doc, 5, 1),
-        "groups": [group("decode", "attention", 2, 0.7, 0.6)],
+        "groups": [group("decode", "decode_attention", 2, 0.7, 0.6)],
         "crossings_recorded": [], "crossings_computed": [],
         "python_warnings": ["1 benchmark(s) without phasebench fields ignored"]}
 
@@ -273,7 +273,7 @@ def unnamed_and_odd_fields():
                      {"index": 2, "run_name": None, "status": "ok"},
                      {"index": 3, "run_name": None, "status": "ok"},
                      {"index": 4, "run_name": attention_name(64, 1024), "status": "ok"}],
-        "groups": [group("decode", "attention", 4, 0.5, 0.35)],
+        "groups": [group("decode", "decode_attention", 4, 0.5, 0.35)],
         "crossings_recorded": [], "crossings_computed": []}
 
 
@@ -291,7 +291,7 @@ def no_status():
         "standing": [{"index": 0, "run_name": attention_name(1, 1024), "status": "ok"},
                      {"index": 1, "run_name": attention_name(8, 1024), "status": None},
                      {"index": 2, "run_name": attention_name(32, 1024), "status": "not run"}],
-        "groups": [group("decode", "attention", 1, 0.5, 0.5)],
+        "groups": [group("decode", "decode_attention", 1, 0.5, 0.5)],
         "crossings_recorded": [], "crossings_computed": []}
 
 
@@ -305,7 +305,7 @@ def duplicate_parameters():
         "about": "points are run names, so both stand and the summary counts both; matched on their parameters "
                  "across files, the later one is compared and the Python tools warn",
         "standing": standing(doc, 0, 1),
-        "groups": [group("decode", "attention", 2, 0.5, 0.375)],
+        "groups": [group("decode", "decode_attention", 2, 0.5, 0.375)],
         "crossings_recorded": [], "crossings_computed": [],
         "python_warnings": ["have the same parameters"]}
 
@@ -323,7 +323,7 @@ def merged_two_gpus():
         "about": "a file merged by hand from two runs on two GPUs: one point per run name in the order first "
                  "seen, the last entry of each stands (GPU B's where both ran), GPU A's attention point stays",
         "standing": standing(doc, 3, 4, 2, 5, 6),
-        "groups": [group("decode", "attention", 1, 0.2, 0.2), group("decode", "gemv", 4, 0.95, 0.9)],
+        "groups": [group("decode", "decode_attention", 1, 0.2, 0.2), group("decode", "linear", 4, 0.95, 0.9)],
         "crossings_recorded": [answer_crossing("125", 125)],
         "crossings_computed": [answer_crossing("125", 125)]}
 
@@ -347,7 +347,7 @@ def crossing_impls_and_one_batch():
                  "(own at 1-64, blas at 256), so m.proj crosses at 125; m.small has one batch only (its "
                  "predicted batch: intensity 2048*512*M/(2048*512+2560M) reaches the ridge 200 at M = 391)",
         "standing": standing(doc, *range(9)),
-        "groups": [group("decode", "gemv", 9, 0.95, 0.7)],
+        "groups": [group("decode", "linear", 9, 0.95, 0.7)],
         "crossings_recorded": [answer_crossing("125", 125), answer_crossing("one batch only", None, 391, "m.small")],
         "crossings_computed": [answer_crossing("125", 125), answer_crossing("one batch only", None, 391, "m.small")]}
 
@@ -394,10 +394,10 @@ CURRENT_EXPECTED = {
              "compare matches every point of the two; the recorded o_proj crossing (7, predicted 3) is what the "
              "C++ code computes again from the points (3.09 FLOP/B reached at batch 7, the ridge 1.43 at 3)",
     "standing": [{"index": i, "status": "ok"} for i in range(16)],
-    "groups": [group("decode", "attention", 1, 1.0196055608597936, 1.0196055608597936),
-               group("decode", "attention_paged", 1, 0.980795581575144, 0.980795581575144),
-               group("decode", "gemv", 12, 1.3529679127489915, 0.6319401470361289),
+    "groups": [group("decode", "decode_attention", 1, 1.0196055608597936, 1.0196055608597936),
+               group("decode", "decode_attention_paged", 1, 0.980795581575144, 0.980795581575144),
                group("decode", "kv_append", 1, 0.3716666705531511, 0.3716666705531511),
+               group("decode", "linear", 12, 1.3529679127489915, 0.6319401470361289),
                group("prefill", "linear", 1, 0.781571957373136, 0.781571957373136)],
     "crossings_recorded": [answer_crossing("7", 7, 3, "llama-3.1-8b.o_proj", "fp32")],
     "crossings_computed": [answer_crossing("7", 7, 3, "llama-3.1-8b.o_proj", "fp32")],
@@ -410,14 +410,45 @@ OLD_EXPECTED = {
              "reached at batch 8 (fp32: 2*M*4096*4096 / (4*(4096*4096 + 2*4096*M))), its largest batch moving "
              "12% of the best bytes/s; the measured ridge 5.58 is reached at 12",
     "standing": [{"index": i, "status": "ok"} for i in range(16)],
-    "groups": [group("decode", "attention", 1, 0.4172703792089999, 0.4172703792089999),
-               group("decode", "attention_paged", 1, 0.3897813075966334, 0.3897813075966334),
-               group("decode", "gemv", 12, 0.9029659515378967, 0.4338952902245454),
+    "groups": [group("decode", "decode_attention", 1, 0.4172703792089999, 0.4172703792089999),
+               group("decode", "decode_attention_paged", 1, 0.3897813075966334, 0.3897813075966334),
                group("decode", "kv_append", 1, 0.22120315342733302, 0.22120315342733302),
+               group("decode", "linear", 12, 0.9029659515378967, 0.4338952902245454),
                group("prefill", "linear", 1, 0.5555861689622172, 0.5555861689622172)],
     "crossings_recorded": None,
     "crossings_computed": [answer_crossing("8", 8, 12, "llama-3.1-8b.o_proj", "fp32")],
 }
+
+
+@case
+def old_kinds():
+    """A schema 3 file of the operations renamed since: today's names are read from its op_kinds."""
+    def pt(phase, op, op_kind, args, shape, t, f, impl="own", target=""):
+        name = f"{phase}/{op}/m{'.' + target if target else ''}/bf16/" + "/".join(f"{k}:{v}" for k, v in args.items()) + \
+               (f"/impl:{impl}" if op in ("gemv_int4", "moe") or phase == "prefill" else "") + "/manual_time"
+        return entry(name, block(phase, op, op_kind, "m", args, shape, "ok", t, 1e9, 1e6, f, target=target, impl=impl))
+    pts = [pt("decode", "gemv_int4", "linear_int4", {"batch": 1, "group": 128}, {"M": 1, "N": 1024, "K": 1024}, 1e-5, 0.7,
+              target="proj"),
+           pt("decode", "moe", "moe_experts", {"batch": 8, "routing": "uniform"}, {"T": 8, "k": 2, "E": 8, "h": 64, "I": 64},
+              2e-5, 0.2, impl="blas", target="experts"),
+           pt("decode", "latent_attention", "decode_latent_attention", {"batch": 1, "context": 1024},
+              {"B": 1, "H": 16, "L": 1024, "R": 512, "P": 64}, 1e-5, 0.5),
+           pt("decode", "latent_attention_paged", "decode_latent_attention_paged", {"batch": 1, "context": 1024, "page_size": 64},
+              {"B": 1, "H": 16, "L": 1024, "R": 512, "P": 64}, 1e-5, 0.4),
+           pt("prefill", "attention", "prefill_attention", {"batch": 1, "prompt": 512}, {"B": 1, "Hq": 8, "Hkv": 2, "S": 512, "D": 64},
+              1e-4, 0.6)]
+    doc = {"context": context(3), "benchmarks": pts}
+    return doc, {
+        "about": "written before the operations were renamed (schema 3): moe_experts is moe, "
+                 "decode_latent_attention[_paged] is latent_attention[_paged], and each point's op is its kind "
+                 "(gemv_int4 is linear_int4, prefill's attention is prefill_attention); both readers group the "
+                 "points under today's names",
+        "standing": standing(doc, 0, 1, 2, 3, 4),
+        "groups": [group("decode", "latent_attention", 1, 0.5, 0.5), group("decode", "latent_attention_paged", 1, 0.4, 0.4),
+                   group("decode", "linear_int4", 1, 0.7, 0.7), group("decode", "moe", 1, 0.2, 0.2),
+                   group("prefill", "prefill_attention", 1, 0.6, 0.6)],
+        "crossings_recorded": [],
+        "crossings_computed": []}
 
 
 def write(name, doc, expected):

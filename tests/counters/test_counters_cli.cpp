@@ -64,7 +64,7 @@ TEST(CountersCli, CountsAPointWritesItsFileAndNeverReplacesIt) {
 TEST(CountersCli, PhasebenchHandsTheCommandOver) {
   const auto r = run_cli(kSmall + " --benchmark_list_tests");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("decode/gemv/tiny-llama.down_proj/bf16/batch:1/impl:own"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode/linear/tiny-llama.down_proj/bf16/batch:1/impl:own"), std::string::npos) << r.out;
 }
 
 TEST(CountersCli, WithoutTheCountingBuildBesideItPhasebenchSaysWhere) {

@@ -23,7 +23,8 @@
 #include "cuda/prefill_attention_plan.hpp"
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/decode_attention.hpp"
+#include "phasebench/ops/prefill_attention.hpp"
 
 namespace phasebench {
 namespace {

@@ -94,7 +94,7 @@ TEST(LayerBackend, PreparesRunsAndTimesOnAGpu) {
   EXPECT_FALSE(b->implements(kLayer, DType::fp32, Impl::own));
   EXPECT_FALSE(b->implements(kLayer, DType::bf16, Impl::blas));
   auto gemma_like = tiny_layer(Phase::decode, 1, 16, DType::bf16);
-  gemma_like.params.set("norms_per_layer", 4);
+  gemma_like.options.edit<LayerOptions>().norms_per_layer = 4;
   EXPECT_TRUE(b->cannot_run(gemma_like).has_value());
   auto odd_d = tiny_layer(Phase::decode, 1, 16, DType::bf16);
   odd_d.shape.set("D", 96);

@@ -16,7 +16,7 @@
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/decode_attention.hpp"
 #include "phasebench/ops/latent_attention.hpp"
 #include "phasebench/ops/layer.hpp"
 #include "phasebench/ops/linear.hpp"

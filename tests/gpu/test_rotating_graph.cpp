@@ -8,7 +8,8 @@
 #include "cuda/rotating_graph.hpp"
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/decode_attention.hpp"
+#include "phasebench/ops/prefill_attention.hpp"
 #include "phasebench/ops/linear.hpp"
 
 namespace phasebench {

@@ -24,7 +24,7 @@ def test_cpu_runs_compare_as_table(cpu_runs):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "Per-phase summary" in out and "speedup vs A" in out
-    assert "decode/gemv/tiny-model.qkv_proj/fp32/batch:1/impl:blas" in out
+    assert "decode/linear/tiny-model.qkv_proj/fp32/batch:1/impl:blas" in out
     assert "Points not in every file" not in out  # the same sweep twice: everything matched
 
 
@@ -438,3 +438,28 @@ def test_filter_and_output_file(tmp_path):
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert "down_proj" in text and "qkv_proj" not in text
+
+
+def test_a_file_written_before_the_renames_matches_todays(tmp_path):
+    """An older file (schema 3: decode/gemv, decode/attention, prefill/attention) against the same
+    points as today's phasebench names them (schema 4: a point's op is its kind): every point
+    matches, and each side's ops read as today's."""
+    doc = json.loads(open(BASE).read())
+    old_ops = {b["phasebench"]["op"] for b in doc["benchmarks"] if "phasebench" in b}
+    assert {"gemv", "attention"} <= old_ops  # the fixture really is an old file
+    doc["context"]["phasebench"]["schema_version"] = 4
+    for b in doc["benchmarks"]:
+        pb = b.get("phasebench")
+        if pb:
+            for k in ("name", "run_name"):
+                parts = b[k].split("/")
+                parts[1] = pb["op_kind"]
+                b[k] = "/".join(parts)
+            pb["op"] = pb["op_kind"]
+    today = tmp_path / "today.json"
+    today.write_text(json.dumps(doc))
+    r = script("compare.py", BASE, str(today))
+    assert r.returncode == 0, r.stderr
+    assert "Points not in every file" not in r.stdout
+    ops = {p.op for p in pr.load_results(BASE).points}
+    assert {"linear", "decode_attention", "prefill_attention"} <= ops and not ops & {"gemv", "attention"}

@@ -13,8 +13,13 @@ SCRIPT = os.path.join(SCRIPTS, "cpu_targets.py")
 LLC = 32 << 20
 
 
+# The files below are as an older phasebench wrote them: op names of before schema 4, each
+# with its kind (read as today's op).
+KINDS = {"gemv": "linear", "attention": "decode_attention", "attention_paged": "decode_attention_paged"}
+
+
 def point(name, op, frac, paired, t, shape, impl="own"):
-    p = {"phase": "decode", "op": op, "model": "m", "dtype": "fp32", "impl": impl, "status": "ok",
+    p = {"phase": "decode", "op": op, "op_kind": KINDS[op], "model": "m", "dtype": "fp32", "impl": impl, "status": "ok",
          "shape": shape, "bytes": {"total": 5 * LLC}, "fraction_of_roofline": frac,
          "time": {"median_s": t}}
     if paired is not None:

@@ -128,12 +128,12 @@ def test_sweep_ranges(binary, nvtx_tool, tmp_path):
 
 
 def test_profile_mode_one_range_per_point(binary, nvtx_tool, tmp_path):
-    sel = r"^decode/(gemv/tiny-model\.o_proj/fp32/batch:4/impl:blas|kv_append/)"
+    sel = r"^decode/(linear/tiny-model\.o_proj/fp32/batch:4/impl:blas|kv_append/)"
     r, events = run_with_tool(binary, nvtx_tool, tmp_path,
                               TINY_SWEEP + ["--no-calibrate", "--profile", f"--benchmark_filter={sel}"])
     pushes = [e[3] for e in events if e[0] == "push"]
     assert sorted(pushes) == sorted(set(pushes)), f"more than one range per point: {pushes}"
-    assert set(pushes) == {"decode/gemv/tiny-model.o_proj/fp32/batch:4/impl:blas",
+    assert set(pushes) == {"decode/linear/tiny-model.o_proj/fp32/batch:4/impl:blas",
                            "decode/kv_append/tiny-model/fp32/batch:1/context:1024"}, pushes
     assert all(e[2] == "phasebench" for e in events if e[0] == "push")
     assert "2 point(s) profiled" in r.stdout

@@ -44,7 +44,7 @@ def test_missing_tool_is_explained(name, tool, tmp_path):
     fake = tmp_path / "phasebench"
     fake.write_text("#!/bin/sh\nexit 0\n")
     fake.chmod(0o755)
-    r = run(name, "--binary", str(fake), "decode/gemv/x/fp32/batch:1/impl:own", path=str(bindir))
+    r = run(name, "--binary", str(fake), "decode/linear/x/fp32/batch:1/impl:own", path=str(bindir))
     assert r.returncode == 2
     assert f"{tool} (Nsight" in r.stderr and "not installed" in r.stderr
 
@@ -61,7 +61,7 @@ def test_no_gpu_is_explained(name, tool, tmp_path):
     fake = tmp_path / "phasebench"
     fake.write_text("#!/bin/sh\nexit 0\n")
     fake.chmod(0o755)
-    r = run(name, "--binary", str(fake), "decode/gemv/x/fp32/batch:1/impl:own",
+    r = run(name, "--binary", str(fake), "decode/linear/x/fp32/batch:1/impl:own",
             path=f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     assert r.returncode == 2
     assert "no NVIDIA GPU" in r.stderr and "should-not-run" not in r.stdout
@@ -84,7 +84,7 @@ def _stubs(tmp_path, tool, profiled="1"):
     return bindir, args_file, fake
 
 
-NAME = "decode/gemv/llama-3.1-8b.down_proj/bf16/batch:8/impl:cublas"
+NAME = "decode/linear/llama-3.1-8b.down_proj/bf16/batch:8/impl:cublas"
 
 
 def test_nsys_command_line(tmp_path):

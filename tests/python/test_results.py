@@ -187,14 +187,14 @@ def test_aggregates_only_file_uses_the_median_entry(tmp_path):
     assert len(pr.load_results(str(p)).points) == n
 
 
-def test_schema_versions_1_2_and_3_load_others_do_not(tmp_path):
+def test_schema_versions_1_to_4_load_others_do_not(tmp_path):
     v3, v1 = pr.load_results(fixture("h100-base.json")), pr.load_results(fixture("h100-schema1.json"))
     v2 = pr.load_results(fixture("h100-single-sample.json"))
     assert (v3.schema_version, v2.schema_version, v1.schema_version) == (3, 2, 1)
     assert [p.key for p in v1.points] == [p.key for p in v3.points] == [p.key for p in v2.points]
     with pytest.raises(pr.ResultsError) as e:
-        _edited(tmp_path, lambda doc: doc["context"]["phasebench"].update(schema_version=4), name="v4.json")
-    assert "v4.json: unknown schema version 4 (this script reads versions 1, 2 and 3)" in str(e.value)
+        _edited(tmp_path, lambda doc: doc["context"]["phasebench"].update(schema_version=5), name="v5.json")
+    assert "v5.json: unknown schema version 5 (this script reads versions 1, 2, 3 and 4)" in str(e.value)
 
 
 def test_raw_samples_are_read_from_schema_3_only():

@@ -130,7 +130,11 @@ TEST(Cli, SmallCpuSweepWritesResults) {
   std::ifstream f(out);
   const auto j = nlohmann::json::parse(f);
   EXPECT_EQ(j.at("context").at("phasebench").at("complete"), true);
-  EXPECT_EQ(j.at("context").at("phasebench").at("schema_version"), 3);
+  EXPECT_EQ(j.at("context").at("phasebench").at("schema_version"), 4);
+  // Schema 4: one name per operation, a point's op is its kind.
+  for (const auto& b : j.at("benchmarks")) {
+    if (b.contains("phasebench")) EXPECT_EQ(b.at("phasebench").at("op"), b.at("phasebench").at("op_kind")) << b.at("name");
+  }
   // --benchmark_min_time chose Google Benchmark's loop; energy is a reading or a reason, never a number made up.
   EXPECT_EQ(j.at("context").at("phasebench").at("stopping").at("rule"), "google_benchmark_min_time");
   const auto& energy = j.at("context").at("phasebench").at("energy");

@@ -10,7 +10,8 @@
 #include "reference/prefill_attention.hpp"
 #include "cpu/simd.hpp"
 #include "phasebench/error.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/decode_attention.hpp"
+#include "phasebench/ops/prefill_attention.hpp"
 #include "phasebench/ops/kv_append.hpp"
 #include "phasebench/ops/linear.hpp"
 #include "phasebench/ops/linear_int4.hpp"
@@ -122,7 +123,7 @@ TEST(CpuBackend, PagedAttentionWithOtherPageSizes) {
   for (std::uint64_t page : {48u, 8u})
     for (DType t : {DType::fp32, DType::bf16}) {
       auto r = attention(3, 32, 8, 1001, 128, t, true);
-      r.params.set("page_size", page);
+      r.options.edit<DecodeAttentionOptions>().page_size = page;
       auto op = b->prepare(r);
       EXPECT_NO_THROW(op->verify()) << "page " << page << " " << to_string(t);
     }

@@ -1,4 +1,4 @@
-// Multi-token and ragged decode steps (ops/attention.hpp, context_dist.hpp): the
+// Multi-token and ragged decode steps (ops/decode_attention.hpp, context_dist.hpp): the
 // context distributions (parsing, the seeded draw), the cost formula by hand,
 // the CPU op against the reference on tail-heavy shapes (S new tokens causal
 // among themselves, ragged contexts, contiguous and paged, 16-bit and fp8
@@ -19,7 +19,7 @@
 #include "phasebench/context_dist.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/decode_attention.hpp"
 #include "sweep.hpp"
 
 using namespace phasebench;
@@ -240,7 +240,7 @@ TEST(DecodeSteps, SweepGroupPointsAndNames) {
   EXPECT_EQ(std::unique(names.begin(), names.end()), names.end());
   bool saw = false;
   for (const auto& p : pts) {
-    if (p.name != "decode/attention_paged/llama-3.1-8b/fp32/batch:8/context:1024/page:16/new_tokens:4/"
+    if (p.name != "decode/decode_attention_paged/llama-3.1-8b/fp32/batch:8/context:1024/page:16/new_tokens:4/"
                   "context_dist:lognormal:1")
       continue;
     saw = true;

@@ -536,8 +536,8 @@ TEST(Summary, Fp8CacheAgainstTheWiderCacheOnTheSameShapes) {
     return nlohmann::json{{"name", name}, {"run_name", name}, {"run_type", "iteration"}, {"phasebench", p}};
   };
   nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 3}}}}},
-                        {"benchmarks", {point("attention", 1.8e-3, 0, 0), point("attention", 1.0e-3, 8, 0),
-                                        point("attention_paged", 2.0e-3, 0, 16)}}};
+                        {"benchmarks", {point("decode_attention", 1.8e-3, 0, 0), point("decode_attention", 1.0e-3, 8, 0),
+                                        point("decode_attention_paged", 2.0e-3, 0, 16)}}};
   const auto s = summarize(doc);
   EXPECT_NE(s.find("fp8 cache vs the run's dtype"), std::string::npos) << s;
   EXPECT_NE(s.find("contiguous        1    1.80x"), std::string::npos) << s;

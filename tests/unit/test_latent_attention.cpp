@@ -13,7 +13,7 @@
 
 #include "backend.hpp"
 #include "cli_test_util.hpp"
-#include "reference/decode_latent_attention.hpp"
+#include "reference/latent_attention.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
 #include "phasebench/ops/latent_attention.hpp"
@@ -144,11 +144,11 @@ TEST(LatentAttention, SweepPointsAndNames) {
     EXPECT_EQ(p.request.shape["H"], 16u);
     EXPECT_EQ(p.request.shape["R"], 512u);
     EXPECT_EQ(p.request.shape["P"], 64u);
-    EXPECT_EQ(p.request.params["qk_dim"], 192u);
+    EXPECT_EQ(p.request.options.as<LatentAttentionOptions>().qk_dim, 192u);
     EXPECT_EQ(p.cost.flops, p.request.cost().flops);
     EXPECT_FALSE(b->cannot_run(p.request).has_value());
   }
-  EXPECT_EQ(pts.back().request.kind, kDecodeLatentAttentionPaged);
+  EXPECT_EQ(pts.back().request.kind, kLatentAttentionPaged);
   EXPECT_EQ(pts.back().args.at("page_size"), 64u);
   // Given models and sizes: V3's 128 heads.
   SweepConfig v3;
@@ -217,7 +217,7 @@ TEST(LatentAttention, SmallCpuRunAndSummaryShowTheIntensityAgainstTheRidge) {
   for (const auto& bm : j.at("benchmarks")) {
     const auto& p = bm.at("phasebench");
     ASSERT_EQ(p.at("status"), "ok") << bm.dump();
-    EXPECT_EQ(p.at("op_kind").get<std::string>().rfind("decode_latent_attention", 0), 0u);
+    EXPECT_EQ(p.at("op_kind").get<std::string>().rfind("latent_attention", 0), 0u);
     ++points;
   }
   EXPECT_EQ(points, 4);

@@ -182,11 +182,11 @@ TEST(GpuSweepDefaults, AttentionAlsoForLlama70BUnlessModelsAreGiven) {
   int attention_8b = 0;
   for (const auto& p : build_sweep(c, fake)) {
     if (p.model == "llama-3.1-70b") ops_70b[p.phase + "/" + p.op]++;
-    if (p.model == "llama-3.1-8b" && p.op == "attention" && p.phase == "decode") ++attention_8b;
+    if (p.model == "llama-3.1-8b" && p.op == "decode_attention" && p.phase == "decode") ++attention_8b;
   }
-  EXPECT_EQ(ops_70b["decode/attention"], attention_8b);
-  EXPECT_EQ(ops_70b["decode/attention_paged"], attention_8b);
-  EXPECT_GT(ops_70b["prefill/attention"], 0);
+  EXPECT_EQ(ops_70b["decode/decode_attention"], attention_8b);
+  EXPECT_EQ(ops_70b["decode/decode_attention_paged"], attention_8b);
+  EXPECT_GT(ops_70b["prefill/prefill_attention"], 0);
   EXPECT_EQ(ops_70b.size(), 3u);
   // The moe group: its three MoE models, nothing else of theirs; the
   // latent_attention group: the two MLA models.
@@ -249,7 +249,7 @@ TEST(LayerResults, MeasuredAndPredictedStepTimes) {
   EXPECT_EQ(dl.at("step"), "per_token");
   EXPECT_DOUBLE_EQ(dl.at("measured_layer_s").get<double>(), 1e-3);
   EXPECT_DOUBLE_EQ(dl.at("lm_head_s").get<double>(), 2e-4);
-  EXPECT_NE(dl.at("lm_head_source").get<std::string>().find("measured: decode/gemv/llama-3.1-8b.lm_head/bf16/batch:8"),
+  EXPECT_NE(dl.at("lm_head_source").get<std::string>().find("measured: decode/linear/llama-3.1-8b.lm_head/bf16/batch:8"),
             std::string::npos);
   EXPECT_DOUBLE_EQ(dl.at("measured_step_s").get<double>(), 32 * 1e-3 + 2e-4);
   const auto [dlayer, dlm] = predicted(m, *gpu, Phase::decode, 8, 4096);

@@ -71,12 +71,12 @@ TEST(Reporting, WordsAndConstantsAreFound) {
   const auto words = operation_words();
   const auto constants = operation_constants();
   // The detector itself: it must see each kind of naming, or the test below proves nothing.
-  EXPECT_TRUE(words.count("decode_attention") && words.count("gemv") && words.count("layer"));
+  EXPECT_TRUE(words.count("decode_attention") && words.count("linear_int4") && words.count("layer"));
   EXPECT_TRUE(constants.count("kLayer") && constants.count("kMoe"));
-  EXPECT_EQ(namings("if (op == \"gemv\") return;", words, constants).size(), 1u);
+  EXPECT_EQ(namings("if (op == \"linear_int4\") return;", words, constants).size(), 1u);
   EXPECT_EQ(namings("r.kind == kLayer", words, constants).size(), 1u);
   EXPECT_EQ(namings("#include \"phasebench/ops/moe.hpp\"", words, constants).size(), 1u);
-  EXPECT_TRUE(namings("\"gemv_like\" kLayers \"layers\"", words, constants).empty());
+  EXPECT_TRUE(namings("\"linear_like\" kLayers \"layers\"", words, constants).empty());
 }
 
 TEST(Reporting, BenchNamesNoOperation) {

@@ -22,7 +22,7 @@ const std::vector<std::string> k8b70b{"llama-3.1-8b", "llama-3.1-70b"};
 // (SweepGroup::Models), and that list's rule, kept here as the reference.
 enum class Old { linear, attention, moe, mla, none };
 const std::map<std::string, Old> kOldKind{
-    {"prefill_linear", Old::linear},    {"decode_linear", Old::linear},        {"decode_linear_int4", Old::linear},
+    {"prefill_linear", Old::linear},    {"decode_linear", Old::linear},        {"linear_int4", Old::linear},
     {"kv_append", Old::linear},         {"layer", Old::linear},                {"decode_attention", Old::attention},
     {"decode_attention_multi", Old::attention}, {"prefill_attention", Old::attention}, {"moe", Old::moe},
     {"latent_attention", Old::mla},     {"free", Old::none}};
@@ -76,8 +76,8 @@ const std::map<std::string, OldFlag> kOldFlags{
     {"--contexts", {{"decode_attention.context", "layer.context"}, "512,2048,8192,32768", "1024,4096"}},
     {"--page-size", {{"decode_attention.page_size", "decode_attention_multi.page_size", "kv_append.page_size"}, "16", "16"}},
     {"--decode-batches", {{"decode_linear.batch"}, "1,2,4,8,16,32,64,128,256", "1,2,4,8,16,32,64"}},
-    {"--int4-batches", {{"decode_linear_int4.batch"}, "1,2,4,8,16", "1,4,16"}},
-    {"--int4-group", {{"decode_linear_int4.group"}, "128", "128"}},
+    {"--int4-batches", {{"linear_int4.batch"}, "1,2,4,8,16", "1,4,16"}},
+    {"--int4-group", {{"linear_int4.group"}, "128", "128"}},
     {"--new-tokens", {{"decode_attention_multi.new_tokens"}, "2,4,8", "4"}},
     {"--context-dist", {{"decode_attention_multi.context_dist"}, "lognormal:1", "lognormal:1"}},
     {"--multi-batches", {{"decode_attention_multi.batch"}, "1,32", "8"}},
@@ -135,8 +135,8 @@ TEST(SweepModels, DefaultCpuSweepKeepsItsModelsAndPoints) {
   for (const auto& p : pts) models_by_op[p.op].insert(p.model);
   EXPECT_EQ(models_by_op["moe"], (std::set<std::string>{"qwen3-30b-a3b"}));
   EXPECT_EQ(models_by_op["latent_attention"], (std::set<std::string>{"deepseek-v2-lite"}));
-  EXPECT_EQ(models_by_op["attention"], (std::set<std::string>{"llama-3.1-8b"}));
-  EXPECT_EQ(models_by_op["gemv"], (std::set<std::string>{"llama-3.1-8b"}));
+  EXPECT_EQ(models_by_op["decode_attention"], (std::set<std::string>{"llama-3.1-8b"}));
+  EXPECT_EQ(models_by_op["linear"], (std::set<std::string>{"llama-3.1-8b"}));
   auto n = names(pts);
   std::sort(n.begin(), n.end());
   EXPECT_EQ(std::adjacent_find(n.begin(), n.end()), n.end());
@@ -296,6 +296,31 @@ TEST(SweepAxesCli, OldFlagsStillWorkAndSayOnceWhatReplacesThem) {
   ASSERT_EQ(env.status, 0) << env.out;
   EXPECT_NE(env.out.find("--append-batches (PHASEBENCH_APPEND_BATCHES) is an old flag"), std::string::npos) << env.out;
   EXPECT_NE(env.out.find("kv_append/llama-3.1-8b/fp32/batch:3/"), std::string::npos) << env.out;
+}
+
+TEST(SweepAxesCli, AGroupsFormerNameStillWorksAndSaysOnceWhatItIsNow) {
+  // decode_linear_int4 is linear_int4 since one name per operation: --ops and --axis
+  // take the old name for one release, give the same points, and say so once.
+  const std::string base = "run --backend=cpu --model llama-3.1-8b --benchmark_list_tests ";
+  const auto old = test::run_cli(base + "--ops decode_linear_int4 --axis decode_linear_int4.batch=4");
+  const auto now = test::run_cli(base + "--ops linear_int4 --axis linear_int4.batch=4");
+  ASSERT_EQ(old.status, 0) << old.out;
+  ASSERT_EQ(now.status, 0) << now.out;
+  auto points = [](const std::string& out) {
+    std::vector<std::string> v;
+    std::stringstream ss(out);
+    for (std::string line; std::getline(ss, line);)
+      if (line.find("/manual_time") != std::string::npos) v.push_back(line);
+    return v;
+  };
+  EXPECT_FALSE(points(now.out).empty());
+  EXPECT_EQ(points(old.out), points(now.out));
+  EXPECT_NE(points(now.out).front().find("decode/linear_int4/llama-3.1-8b."), std::string::npos) << now.out;
+  EXPECT_NE(points(now.out).front().find("/batch:4/"), std::string::npos) << now.out;
+  std::size_t notes = 0;
+  for (std::size_t at = 0; (at = old.out.find("is now called linear_int4", at)) != std::string::npos; ++at) ++notes;
+  EXPECT_EQ(notes, 1u) << old.out;
+  EXPECT_EQ(now.out.find("is now called"), std::string::npos) << now.out;
 }
 
 TEST(SweepAxesCli, ListAxesShowsEveryGroupAndRunsNothing) {

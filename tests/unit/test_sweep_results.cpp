@@ -41,7 +41,7 @@ TEST(Sweep, NamesReadAsPathsAndCarryStructuredParameters) {
   const auto pts = build_sweep(c, *b);
   bool saw_own = false, saw_blas32 = false, saw_own32 = false, saw_paged = false;
   for (const auto& p : pts) {
-    if (p.name == "decode/gemv/llama-3.1-8b.down_proj/fp32/batch:1/impl:own") {
+    if (p.name == "decode/linear/llama-3.1-8b.down_proj/fp32/batch:1/impl:own") {
       saw_own = true;
       EXPECT_EQ(p.phase, "decode");
       EXPECT_EQ(p.target, "down_proj");
@@ -49,9 +49,9 @@ TEST(Sweep, NamesReadAsPathsAndCarryStructuredParameters) {
       EXPECT_EQ(p.request.shape["N"], 4096u);
       EXPECT_EQ(p.request.shape["K"], 14336u);
     }
-    if (p.name == "decode/gemv/llama-3.1-8b.down_proj/fp32/batch:32/impl:blas") saw_blas32 = true;
-    if (p.name == "decode/gemv/llama-3.1-8b.down_proj/fp32/batch:32/impl:own") saw_own32 = true;
-    if (p.op == "attention_paged") {
+    if (p.name == "decode/linear/llama-3.1-8b.down_proj/fp32/batch:32/impl:blas") saw_blas32 = true;
+    if (p.name == "decode/linear/llama-3.1-8b.down_proj/fp32/batch:32/impl:own") saw_own32 = true;
+    if (p.op == "decode_attention_paged") {
       saw_paged = true;
       EXPECT_EQ(p.args.at("page_size"), 16u);
       EXPECT_NE(p.name.find("/page:16"), std::string::npos);
@@ -126,7 +126,7 @@ TEST(Summary, BestMedianAndCrossing) {
   nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 1}}}}}, {"benchmarks", nlohmann::json::array()}};
   auto add = [&](std::uint64_t M, double t, double frac) {
     const double flops = 2.0 * M * 1024 * 1024, bytes = 4.0 * (1024 * 1024 + 2 * M * 1024);
-    const std::string name = "decode/gemv/m.down_proj/fp32/batch:" + std::to_string(M) + "/manual_time";
+    const std::string name = "decode/linear/m.down_proj/fp32/batch:" + std::to_string(M) + "/manual_time";
     doc["benchmarks"].push_back(
         {{"name", name},
          {"run_name", name},
@@ -190,8 +190,8 @@ TEST(Summary, RepetitionsCountOncePerPoint) {
   // --benchmark_repetitions=3: three iteration entries and a median aggregate of
   // one point, all with the point's fields; the summary counts one point.
   nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 1}}}}}, {"benchmarks", nlohmann::json::array()}};
-  const std::string run = "decode/attention/m/fp32/batch:1/context:64/manual_time";
-  const nlohmann::json fields = {{"phase", "decode"}, {"op", "attention"}, {"status", "ok"},
+  const std::string run = "decode/decode_attention/m/fp32/batch:1/context:64/manual_time";
+  const nlohmann::json fields = {{"phase", "decode"}, {"op", "decode_attention"}, {"status", "ok"},
                                  {"roofline", {{"fraction_of_roofline", 0.5}, {"bandwidth_ceiling_source", "measured"}}}};
   for (int i = 0; i < 3; ++i)
     doc["benchmarks"].push_back({{"name", run}, {"run_name", run}, {"run_type", "iteration"}, {"phasebench", fields}});
@@ -199,7 +199,7 @@ TEST(Summary, RepetitionsCountOncePerPoint) {
                                {"aggregate_name", "median"}, {"phasebench", fields}});
   doc["benchmarks"].push_back({{"name", run + "_mean"}, {"run_name", run}, {"run_type", "aggregate"}, {"aggregate_name", "mean"}});
   const auto s = summarize(doc);
-  EXPECT_NE(s.find("attention               1    50.0%    50.0%"), std::string::npos) << s;
+  EXPECT_NE(s.find("decode_attention        1    50.0%    50.0%"), std::string::npos) << s;
 }
 
 TEST(Summary, SaysWhenTheReadBandwidthMovedDuringTheRun) {
@@ -228,12 +228,12 @@ TEST(Summary, PagedAttentionAgainstContiguousOnTheSameShapes) {
            {"time", {{"median_s", t}}},
            {"roofline", {{"fraction_of_roofline", 0.5}, {"bandwidth_ceiling_source", "measured"}}}}}});
   };
-  add("attention", 8, 1024, 0, 1.0e-3);
-  add("attention_paged", 8, 1024, 16, 1.25e-3);  // 1.25
-  add("attention", 8, 4096, 0, 4.0e-3);
-  add("attention_paged", 8, 4096, 16, 4.0e-3);  // 1.00
-  add("attention_paged", 8, 4096, 64, 5.0e-3);  // 1.25, its own row
-  add("attention_paged", 32, 4096, 16, 1.0);     // no contiguous point: not counted
+  add("decode_attention", 8, 1024, 0, 1.0e-3);
+  add("decode_attention_paged", 8, 1024, 16, 1.25e-3);  // 1.25
+  add("decode_attention", 8, 4096, 0, 4.0e-3);
+  add("decode_attention_paged", 8, 4096, 16, 4.0e-3);  // 1.00
+  add("decode_attention_paged", 8, 4096, 64, 5.0e-3);  // 1.25, its own row
+  add("decode_attention_paged", 32, 4096, 16, 1.0);     // no contiguous point: not counted
   const auto s = summarize(doc);
   EXPECT_NE(s.find("paged vs contiguous"), std::string::npos) << s;
   EXPECT_NE(s.find("  16              2     1.12     1.00     1.25"), std::string::npos) << s;
@@ -252,15 +252,15 @@ TEST(Summary, PairedReadColumnWhenPointsCarryIt) {
     if (paired > 0) p["paired_read"] = {{"fraction_median", paired}, {"pairs", 10}};
     doc["benchmarks"].push_back({{"name", name}, {"phasebench", p}});
   };
-  add("a", "decode", "attention", 0.6, 0);
+  add("a", "decode", "decode_attention", 0.6, 0);
   EXPECT_EQ(summarize(doc).find("paired"), std::string::npos) << summarize(doc);
   doc["benchmarks"].clear();
-  add("a", "decode", "attention", 0.6, 0.8);
-  add("b", "decode", "attention", 0.7, 0.9);
-  add("c", "decode", "attention", 0.65, 0);  // below 4x LLC: no pairs
+  add("a", "decode", "decode_attention", 0.6, 0.8);
+  add("b", "decode", "decode_attention", 0.7, 0.9);
+  add("c", "decode", "decode_attention", 0.65, 0);  // below 4x LLC: no pairs
   add("d", "prefill", "linear", 0.9, 0);     // compute-bound: none
   const auto s = summarize(doc);
-  EXPECT_NE(s.find("  decode   attention               3    70.0%    65.0%        0       0    85.0% (2)"), std::string::npos) << s;
+  EXPECT_NE(s.find("  decode   decode_attention        3    70.0%    65.0%        0       0    85.0% (2)"), std::string::npos) << s;
   EXPECT_NE(s.find("  prefill  linear                  1    90.0%    90.0%        0       0        -"), std::string::npos) << s;
   EXPECT_NE(s.find("paired: median over the memory-bound points"), std::string::npos) << s;
 }
@@ -268,7 +268,7 @@ TEST(Summary, PairedReadColumnWhenPointsCarryIt) {
 TEST(Summary, PointsAboveTheirRooflineAreExplained) {
   nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 2}}}}}, {"benchmarks", nlohmann::json::array()}};
   auto add = [&](const std::string& name, double frac, const char* cause) {
-    nlohmann::json p = {{"phase", "decode"}, {"op", "attention"}, {"status", "ok"},
+    nlohmann::json p = {{"phase", "decode"}, {"op", "decode_attention"}, {"status", "ok"},
                         {"roofline", {{"fraction_of_roofline", frac}, {"bandwidth_ceiling_source", "measured"}}}};
     if (cause) p["above_roofline"] = {{"fraction", frac}, {"likely_cause", cause}};
     doc["benchmarks"].push_back({{"name", name}, {"phasebench", p}});
@@ -298,12 +298,12 @@ TEST(Summary, Int4AgainstBf16OnTheSameShapes) {
                                    {"dtype", "bf16"}, {"status", "ok"}, {"args", {{"batch", B}}},
                                    {"time", {{"median_s", t}}}}}});
   };
-  add("gemv", "own", 1, 400e-6, "down_proj");
-  add("gemv", "blas", 1, 900e-6, "down_proj");
-  add("gemv_int4", "own", 1, 125e-6, "down_proj");
-  add("gemv", "own", 8, 420e-6, "down_proj");
-  add("gemv_int4", "own", 8, 210e-6, "down_proj");
-  add("gemv_int4", "own", 1, 50e-6, "o_proj");
+  add("linear", "own", 1, 400e-6, "down_proj");
+  add("linear", "blas", 1, 900e-6, "down_proj");
+  add("linear_int4", "own", 1, 125e-6, "down_proj");
+  add("linear", "own", 8, 420e-6, "down_proj");
+  add("linear_int4", "own", 8, 210e-6, "down_proj");
+  add("linear_int4", "own", 1, 50e-6, "o_proj");
   const auto s = summarize(doc);
   EXPECT_NE(s.find("int4 weights vs bf16"), std::string::npos) << s;
   EXPECT_NE(s.find("m.down_proj                               1     400.0 us     125.0 us     3.20x"), std::string::npos) << s;

@@ -3,7 +3,9 @@
 
 #include "backend.hpp"
 #include "phasebench/error.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/decode_attention.hpp"
+#include "phasebench/ops/prefill_attention.hpp"
+#include "phasebench/ops/kv_append.hpp"
 #include "phasebench/ops/linear.hpp"
 #include "phasebench/workload.hpp"
 
@@ -169,4 +171,24 @@ TEST(Workload, LinearBatchAtIntensity) {
   std::uint64_t one_byte_out = 1;  // where a 1-byte output would put it (earlier: less traffic)
   while (linear_cost({one_byte_out, N, K}, 1, 1, 1).intensity() < ridge) ++one_byte_out;
   EXPECT_LT(one_byte_out, *m);
+}
+
+TEST(OpOptions, EachOperationsOwnTypedOptions) {
+  // A request carries its operation's own struct: read back as that type, its
+  // defaults when none was set, and a logic_error when read as another operation's.
+  auto r = decode_attention_request({2, 8, 2, 64, 64}, DType::bf16, true, 32, 3, 0x5eed, true);
+  const auto& o = r.options.as<DecodeAttentionOptions>();
+  EXPECT_EQ(o.page_size, 32u);
+  EXPECT_EQ(o.splits, 3u);
+  EXPECT_TRUE(o.kv_fp8);
+  EXPECT_EQ(o.new_tokens, 1u);
+  EXPECT_THROW(r.options.as<KvAppendOptions>(), std::logic_error);
+  EXPECT_THROW(r.options.edit<KvAppendOptions>(), std::logic_error);
+  OpRequest plain;
+  EXPECT_EQ(plain.options.as<KvAppendOptions>().capacity, 0u);  // none set: the struct's defaults
+  EXPECT_TRUE(plain.options.empty());
+  plain.options.edit<KvAppendOptions>().capacity = 7;
+  EXPECT_EQ(plain.options.as<KvAppendOptions>().capacity, 7u);
+  const OpRequest copy = plain;  // requests copy with their options
+  EXPECT_EQ(copy.options.as<KvAppendOptions>().capacity, 7u);
 }

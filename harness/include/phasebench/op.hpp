@@ -9,12 +9,15 @@
 // An operation's declaration is a file harness/src/ops/<name>.cpp whose
 // PHASEBENCH_DECLARE_OPS(<name>) registers it; CMake finds these files, so
 // adding one touches no other file of the harness.
+#include <any>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +35,42 @@ namespace phasebench {
 enum class Impl { own, blas };
 std::string_view to_string(Impl i);
 
+// An operation's own options, typed (page size, splits, routing, ...): each
+// operation declares one struct in its header (DecodeAttentionOptions in
+// phasebench/ops/decode_attention.hpp, ...), its request builder stores one, and its
+// cost, footprint and kernels read it with as<T>(). The harness core and the
+// backends' shared code never name one, so a new operation's options edit no shared
+// list. (A kernel's own parameter block is its Params, kernels/cuda/<op>.cuh.)
+// Empty: every field at its default.
+class OpOptions {
+ public:
+  OpOptions() = default;
+  template <class T>
+  explicit OpOptions(T v) : held_(std::move(v)) {}
+  // The options as T (T's defaults when none are set); std::logic_error when the
+  // request holds another operation's (a declaration bug).
+  template <class T>
+  const T& as() const {
+    if (!held_.has_value()) {
+      static const T defaults{};
+      return defaults;
+    }
+    if (const T* p = std::any_cast<T>(&held_)) return *p;
+    throw std::logic_error(std::string("a request's options are not ") + typeid(T).name());
+  }
+  // For builders: the options as T to fill in (set to T's defaults when none are set).
+  template <class T>
+  T& edit() {
+    if (!held_.has_value()) held_ = T{};
+    if (T* p = std::any_cast<T>(&held_)) return *p;
+    throw std::logic_error(std::string("a request's options are not ") + typeid(T).name());
+  }
+  bool empty() const { return !held_.has_value(); }
+
+ private:
+  std::any held_;
+};
+
 // What to prepare: the operation, its shape and element type. Declared as data,
 // like an nvbench state; the sweep groups make these.
 struct OpRequest {
@@ -40,7 +79,7 @@ struct OpRequest {
   DType dtype = DType::bf16;    // weights + activations (linear); KV cache + activations (attention, append)
   Impl impl = Impl::own;
   Shape shape;   // the declared dimensions (the results' "shape")
-  Shape params;  // other integers: page_size, capacity, splits (0 = the backend decides), ...
+  OpOptions options;  // the operation's own typed options (page size, splits, routing, ...)
   std::uint64_t seed = 0x5eed;
   // The point's name: an op that runs several kernels (layer) names the NVTX
   // range of each "<name>/<op>"; empty = the kind.
@@ -54,11 +93,13 @@ struct OpRequest {
 struct OpDecl {
   std::string kind;                 // results' "op_kind"
   std::vector<std::string> dims;    // shape dimensions, in the order of the results' "shape"
-  std::vector<std::string> params;  // parameters a request must carry
   std::function<OpCost(const OpRequest&)> cost;
   std::function<std::uint64_t(const OpRequest&)> footprint;
   // The results' "shape" object; empty: the shape's dimensions in order.
   std::function<nlohmann::json(const OpRequest&)> shape_json;
+  // The kind's former names: results files written before a rename still read
+  // (OpRegistry::current_kind; python/phasebench_tools/results.py keeps the same list).
+  std::vector<std::string> former_kinds = {};
 };
 
 // ---- sweeps ---------------------------------------------------------------------------
@@ -97,9 +138,9 @@ struct AxisValues {
 // A point of a sweep: the request, its name and structured args, and its cost
 // (computed once, here).
 struct Point {
-  std::string name;    // e.g. decode/gemv/llama-3.1-8b.down_proj/bf16/batch:8/impl:own
+  std::string name;    // e.g. decode/linear/llama-3.1-8b.down_proj/bf16/batch:8/impl:own
   std::string phase;   // prefill | decode | free
-  std::string op;      // linear | gemv | attention | attention_paged | kv_append | kv_append_paged | layer
+  std::string op;      // the request's kind: linear, decode_attention_paged, moe, ...
   std::string model;   // short name, or "custom" for free-form shapes
   std::string target;  // projection name (qkv_proj, ...) or the free shape, else empty
   std::map<std::string, std::uint64_t> args;
@@ -121,9 +162,10 @@ struct PointArg {
 
 // The one place a point's name and args are made, together: the name is
 // phase/op/subject/dtype, then each named arg, then impl:<impl> when `name_impl`.
-// `subject` is the model, "model.target", or the free shape.
-Point make_point(const std::string& phase, const std::string& op, const std::string& model, const std::string& target,
-                 const std::string& subject, OpRequest request, const std::vector<PointArg>& args, bool name_impl);
+// The op is the request's kind (one name per operation: kind, point op, group,
+// files); `subject` is the model, "model.target", or the free shape.
+Point make_point(const std::string& phase, const std::string& model, const std::string& target, const std::string& subject,
+                 OpRequest request, const std::vector<PointArg>& args, bool name_impl);
 
 // What a sweep group's generator sees for one (model, dtype).
 struct SweepScope {
@@ -142,6 +184,9 @@ struct SweepScope {
 
 struct SweepGroup {
   std::string name;  // the --ops name, and the group of its --axis names
+  // Names it had before (an operation renamed): --ops and --axis still take them
+  // for one release, and the run says what replaces them.
+  std::vector<std::string> former_names = {};
   std::string help;  // one line for --ops
   int order = 0;     // groups run in ascending order, for each model and dtype
   // The models it runs for: those of the run's --model list it takes; with no
@@ -172,12 +217,17 @@ class OpRegistry {
   // The operation `kind`; std::logic_error when nothing declares it.
   const OpDecl& op(std::string_view kind) const;
   const std::vector<OpDecl>& ops() const { return ops_; }
+  // The declared kind that is or was called `kind` (OpDecl::former_kinds); `kind`
+  // itself when none is.
+  std::string current_kind(std::string_view kind) const;
   const std::vector<SweepGroup>& groups() const { return groups_; }
   // The point report of `kind`, or nullptr.
   const PointReport* point_report(std::string_view kind) const;
   const std::vector<RunRecord>& records() const { return records_; }
   const std::vector<SummarySection>& sections() const { return sections_; }  // in order
   const SweepGroup* find_group(std::string_view name) const;  // nullptr when none is declared
+  // The group that is or was called `name` (SweepGroup::former_names), or nullptr.
+  const SweepGroup* find_group_or_former(std::string_view name) const;
 
  private:
   std::vector<OpDecl> ops_;

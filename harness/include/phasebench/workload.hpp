@@ -153,10 +153,10 @@ struct LatentAttentionShape {
   static LatentAttentionShape of(const Shape& s) { return {s["B"], s["H"], s["L"], s["R"], s["P"]}; }
   Shape shape() const { return {{"B", B}, {"H", H}, {"L", L}, {"R", R}, {"P", P}}; }
 };
-OpCost decode_latent_attention_cost(const LatentAttentionShape& s, std::uint64_t c, std::uint64_t a);
+OpCost latent_attention_cost(const LatentAttentionShape& s, std::uint64_t c, std::uint64_t a);
 // Paged latent cache: the same bytes plus each sequence's int32 block table (4 bytes
 // per page per sequence), as decode_attention_paged_cost.
-OpCost decode_latent_attention_paged_cost(const LatentAttentionShape& s, std::uint64_t c, std::uint64_t a,
+OpCost latent_attention_paged_cost(const LatentAttentionShape& s, std::uint64_t c, std::uint64_t a,
                                           std::uint64_t page_size);
 // Writing `tokens` new latents of `width` (R + P) elements into the cache.
 OpCost latent_append_cost(std::uint64_t tokens, std::uint64_t width, std::uint64_t a, std::uint64_t c);

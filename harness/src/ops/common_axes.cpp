@@ -1,6 +1,7 @@
 // The sweep axes several groups declare alike (phasebench/ops/shared_axes.hpp):
 // the prefill batch and prompt, the decode attention batch and context, the page
-// size. Defaults: a few minutes per backend (docs/design.md).
+// size; and the attention groups' models. Defaults: a few minutes per backend
+// (docs/design.md).
 #include "phasebench/ops/shared_axes.hpp"
 
 #include "phasebench/error.hpp"
@@ -47,5 +48,9 @@ AxisDecl page_size_axis() {
   };
   return a;
 }
+
+bool grouped_query_attention(const ModelConfig& m) { return !m.uses_mla(); }
+
+std::vector<std::string> attention_gpu_models() { return {"llama-3.1-8b", "llama-3.1-70b"}; }
 
 }  // namespace phasebench

@@ -11,7 +11,7 @@
 
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/decode_attention.hpp"
 #include "phasebench/ops/shared_axes.hpp"
 
 namespace phasebench {
@@ -24,43 +24,36 @@ OpRequest decode_attention_request(const AttentionShape& s, DType dtype, bool pa
   r.dtype = dtype;
   r.impl = Impl::own;
   r.shape = s.shape();
-  if (paged) r.params.set("page_size", page_size);
-  r.params.set("splits", splits);
-  if (kv_fp8) r.params.set("kv_fp8", 1);
+  auto& p = r.options.edit<DecodeAttentionOptions>();
+  p.page_size = paged ? page_size : 0;
+  p.splits = splits;
+  p.kv_fp8 = kv_fp8;
   r.seed = seed;
   return r;
 }
 
-DType decode_attention_kv_dtype(const OpRequest& r) { return r.params.get("kv_fp8", 0) ? DType::fp8 : r.dtype; }
 
-bool grouped_query_attention(const ModelConfig& m) { return !m.uses_mla(); }
-
-std::vector<std::string> attention_gpu_models() { return {"llama-3.1-8b", "llama-3.1-70b"}; }
+DType decode_attention_kv_dtype(const OpRequest& r) { return r.options.as<DecodeAttentionOptions>().kv_fp8 ? DType::fp8 : r.dtype; }
 
 void set_decode_steps(OpRequest& r, std::uint64_t S, const ContextDist& dist) {
   if (S == 0) throw InputError("--new-tokens: a decode step has at least 1 new token per sequence");
-  r.params.set("new_tokens", S);
-  r.params.set("context_dist", static_cast<std::uint64_t>(dist.kind));
-  // The distribution's parameter in millionths (F of uniform, SIG of lognormal).
-  r.params.set("context_dist_ppm", static_cast<std::uint64_t>(std::llround(dist.value * 1e6)));
+  auto& p = r.options.edit<DecodeAttentionOptions>();
+  p.new_tokens = S;
+  p.context_dist = dist;
   decode_attention_lengths(r);  // InputError when the contexts cannot hold S tokens
 }
 
-std::uint64_t decode_attention_new_tokens(const OpRequest& r) { return std::max<std::uint64_t>(1, r.params.get("new_tokens", 1)); }
-
-ContextDist decode_attention_context_dist(const OpRequest& r) {
-  const auto kind = r.params.get("context_dist", 0);
-  if (kind > 2) throw std::logic_error("decode attention: context distribution kind " + std::to_string(kind));
-  return {static_cast<ContextDist::Kind>(kind), static_cast<double>(r.params.get("context_dist_ppm", 0)) / 1e6};
+std::uint64_t decode_attention_new_tokens(const OpRequest& r) {
+  return std::max<std::uint64_t>(1, r.options.as<DecodeAttentionOptions>().new_tokens);
 }
 
 std::vector<std::uint64_t> decode_attention_lengths(const OpRequest& r) {
   const auto s = AttentionShape::of(r.shape);
-  return draw_context_lengths(s.B, s.L, decode_attention_context_dist(r), r.seed, decode_attention_new_tokens(r));
+  return draw_context_lengths(s.B, s.L, r.options.as<DecodeAttentionOptions>().context_dist, r.seed, decode_attention_new_tokens(r));
 }
 
 std::uint64_t decode_attention_max_length(const OpRequest& r) {
-  if (!decode_attention_context_dist(r).ragged()) return AttentionShape::of(r.shape).L;
+  if (!r.options.as<DecodeAttentionOptions>().context_dist.ragged()) return AttentionShape::of(r.shape).L;
   const auto l = decode_attention_lengths(r);
   return l.empty() ? 0 : *std::max_element(l.begin(), l.end());
 }
@@ -68,7 +61,7 @@ std::uint64_t decode_attention_max_length(const OpRequest& r) {
 DecodeQueries decode_attention_queries(const OpRequest& r) {
   DecodeQueries q;
   q.S = decode_attention_new_tokens(r);
-  if (decode_attention_context_dist(r).ragged()) q.lengths = decode_attention_lengths(r);
+  if (r.options.as<DecodeAttentionOptions>().context_dist.ragged()) q.lengths = decode_attention_lengths(r);
   return q;
 }
 
@@ -81,7 +74,7 @@ OpCost contiguous_cost(const OpRequest& r) {
 
 OpCost paged_cost(const OpRequest& r) {
   return decode_attention_paged_cost(AttentionShape::of(r.shape), element_bytes(decode_attention_kv_dtype(r)),
-                                     element_bytes(r.dtype), r.params["page_size"], decode_attention_queries(r));
+                                     element_bytes(r.dtype), r.options.as<DecodeAttentionOptions>().page_size, decode_attention_queries(r));
 }
 
 // A ragged contiguous cache is allocated at the longest context for every sequence.
@@ -97,7 +90,7 @@ std::uint64_t contiguous_footprint(const OpRequest& r) {
 // in full, and every sequence as many pages as the longest.
 std::uint64_t paged_footprint(const OpRequest& r) {
   const auto s = AttentionShape::of(r.shape);
-  const auto P = r.params["page_size"], c = element_bytes(decode_attention_kv_dtype(r));
+  const auto P = r.options.as<DecodeAttentionOptions>().page_size, c = element_bytes(decode_attention_kv_dtype(r));
   const auto pages = mul(s.B, pages_per_sequence(decode_attention_max_length(r), P), "pages");
   const auto cost = paged_cost(r);
   return add(add(mul({c, 2, pages, s.Hkv, P, s.D}, "paged KV bytes"), kv_scale_bytes(s.Hkv, c)),
@@ -110,7 +103,7 @@ nlohmann::json shape_json(const OpRequest& r) {
   const auto s = AttentionShape::of(r.shape);
   nlohmann::json j{{"B", s.B}, {"Hq", s.Hq}, {"Hkv", s.Hkv}, {"L", s.L}, {"D", s.D}};
   if (const auto S = decode_attention_new_tokens(r); S > 1) j["S"] = S;
-  if (const auto d = decode_attention_context_dist(r); d.ragged()) {
+  if (const auto& d = r.options.as<DecodeAttentionOptions>().context_dist; d.ragged()) {
     const auto l = decode_attention_lengths(r);
     double sum = 0;
     for (auto x : l) sum += static_cast<double>(x);
@@ -128,12 +121,8 @@ nlohmann::json shape_json(const OpRequest& r) {
 
 PHASEBENCH_DECLARE_OPS(decode_attention) {
   using namespace phasebench;
-  registry.declare(OpDecl{kDecodeAttention, {"B", "Hq", "Hkv", "L", "D"},
-                          {"splits", "kv_fp8", "new_tokens", "context_dist", "context_dist_ppm"}, contiguous_cost,
-                          contiguous_footprint, shape_json});
-  registry.declare(OpDecl{kDecodeAttentionPaged, {"B", "Hq", "Hkv", "L", "D"},
-                          {"page_size", "splits", "kv_fp8", "new_tokens", "context_dist", "context_dist_ppm"},
-                          paged_cost, paged_footprint, shape_json});
+  registry.declare(OpDecl{kDecodeAttention, {"B", "Hq", "Hkv", "L", "D"}, contiguous_cost, contiguous_footprint, shape_json});
+  registry.declare(OpDecl{kDecodeAttentionPaged, {"B", "Hq", "Hkv", "L", "D"}, paged_cost, paged_footprint, shape_json});
   // Each shape with the cache in the run's dtype, then in fp8 e4m3 (kv_bits:8 in
   // the name), where the backend takes it: the bytes halve, the roofline shows it.
   registry.group(SweepGroup{
@@ -162,7 +151,7 @@ PHASEBENCH_DECLARE_OPS(decode_attention) {
                 std::vector<PointArg> args{{"batch", B, "batch"}, {"context", L, "context"}};
                 if (paged) args.push_back({"page_size", P, "page"});
                 if (fp8) args.push_back({"kv_bits", 8, "kv_bits"});
-                pts.push_back(make_point("decode", paged ? "attention_paged" : "attention", m.name, "", m.name, r, args,
+                pts.push_back(make_point("decode", m.name, "", m.name, r, args,
                                          false));
               }
         }
@@ -244,7 +233,7 @@ PHASEBENCH_DECLARE_OPS(decode_attention) {
                   if (paged) args.push_back({"page_size", P, "page"});
                   args.push_back({"new_tokens", S, "new_tokens"});
                   args.push_back({"context_dist", 0, "context_dist", d.text()});
-                  pts.push_back(make_point("decode", paged ? "attention_paged" : "attention", m.name, "", m.name, r,
+                  pts.push_back(make_point("decode", m.name, "", m.name, r,
                                            args, false));
                 }
         }

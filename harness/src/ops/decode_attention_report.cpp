@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "phasebench/op.hpp"
+#include "phasebench/ops/decode_attention.hpp"
 #include "phasebench/report.hpp"
 
 namespace phasebench {
@@ -38,7 +39,7 @@ AttentionTimes collect(const Standing& standing) {
     const auto& p = b->at("phasebench");
     const auto op = p.value("op", "");
     if (p.value("status", "") != "ok" || !p.contains("roofline")) continue;
-    if (p.value("phase", "") != "decode" || (op != "attention" && op != "attention_paged")) continue;
+    if (p.value("phase", "") != "decode" || (op != kDecodeAttention && op != kDecodeAttentionPaged)) continue;
     if (!p.contains("shape") || !p.contains("time")) continue;
     const auto& sh = p.at("shape");
     const auto args = p.value("args", nlohmann::json::object());
@@ -46,7 +47,7 @@ AttentionTimes collect(const Standing& standing) {
                                         p.value("cache", ""), sh.value("B", 0), sh.value("Hq", 0), sh.value("Hkv", 0),
                                         sh.value("L", 0), sh.value("D", 0));
     const double t = p.at("time").at("median_s").get<double>();
-    const std::uint64_t page = op == "attention" ? 0 : args.value("page_size", std::uint64_t{0});
+    const std::uint64_t page = op == kDecodeAttention ? 0 : args.value("page_size", std::uint64_t{0});
     if (args.contains("new_tokens")) {  // a multi-token or ragged step: its own section
       const auto step_key = fmt::format("{} {} {} B{} L{}", p.value("model", ""), p.value("dtype", ""),
                                         page ? fmt::format("page {}", page) : std::string("contiguous"),
@@ -60,7 +61,7 @@ AttentionTimes collect(const Standing& standing) {
       continue;
     }
     c.wide[{key, page}] = t;
-    if (op == "attention")
+    if (op == kDecodeAttention)
       c.contiguous[key] = t;
     else
       c.paged[key][page] = t;

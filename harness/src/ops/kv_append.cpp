@@ -17,8 +17,7 @@ OpRequest kv_append_request(const KvAppendShape& s, DType dtype, std::uint64_t c
   r.dtype = dtype;
   r.impl = Impl::own;
   r.shape = s.shape();
-  r.params.set("capacity", capacity);
-  if (paged) r.params.set("page_size", page_size);
+  r.options = OpOptions(KvAppendOptions{capacity, paged ? page_size : 0});
   r.seed = seed;
   return r;
 }
@@ -34,8 +33,9 @@ OpCost cost(const OpRequest& r) {
 // The whole cache (paged: whole pages) and the new tokens.
 std::uint64_t footprint(const OpRequest& r) {
   const auto s = KvAppendShape::of(r.shape);
-  std::uint64_t cap = r.params["capacity"];
-  if (r.kind == kKvAppendPaged) cap = mul(pages_per_sequence(cap, r.params["page_size"]), r.params["page_size"]);
+  const auto& p = r.options.as<KvAppendOptions>();
+  std::uint64_t cap = p.capacity;
+  if (r.kind == kKvAppendPaged) cap = mul(pages_per_sequence(cap, p.page_size), p.page_size);
   return add(mul({element_bytes(r.dtype), 2, s.B, s.Hkv, cap, s.D}, "KV-cache bytes"), cost(r).bytes.total());
 }
 
@@ -45,8 +45,8 @@ std::uint64_t footprint(const OpRequest& r) {
 
 PHASEBENCH_DECLARE_OPS(kv_append) {
   using namespace phasebench;
-  registry.declare(OpDecl{kKvAppend, {"B", "S", "Hkv", "D"}, {"capacity"}, cost, footprint, {}});
-  registry.declare(OpDecl{kKvAppendPaged, {"B", "S", "Hkv", "D"}, {"capacity", "page_size"}, cost, footprint, {}});
+  registry.declare(OpDecl{kKvAppend, {"B", "S", "Hkv", "D"}, cost, footprint, {}});
+  registry.declare(OpDecl{kKvAppendPaged, {"B", "S", "Hkv", "D"}, cost, footprint, {}});
   registry.group(SweepGroup{
       .name = "kv_append",
       .help = "the decode step's KV append over batch into a cache of context tokens, contiguous and paged",
@@ -72,7 +72,7 @@ PHASEBENCH_DECLARE_OPS(kv_append) {
           for (auto B : (*sc.axes)["batch"]) {
             std::vector<PointArg> args{{"batch", B, "batch"}, {"context", C, "context"}};
             if (paged) args.push_back({"page_size", P, "page"});
-            pts.push_back(make_point("decode", paged ? "kv_append_paged" : "kv_append", m.name, "", m.name,
+            pts.push_back(make_point("decode", m.name, "", m.name,
                                      kv_append_request({B, 1, m.kv_heads, m.head_dim}, sc.dtype, C, paged, P), args,
                                      false));
           }

@@ -20,7 +20,7 @@ OpRequest layer_request(const ModelConfig& m, Phase phase, std::uint64_t batch, 
   r.impl = Impl::own;
   r.shape = {{"B", batch},           {"S", prefill ? n : 1},   {"L", prefill ? 0 : n}, {"h", m.hidden},
              {"I", m.intermediate}, {"Hq", m.heads},           {"Hkv", m.kv_heads},    {"D", m.head_dim}};
-  r.params.set("norms_per_layer", static_cast<std::uint64_t>(m.norms_per_layer));
+  r.options = OpOptions(LayerOptions{m.norms_per_layer});
   r.seed = seed;
   return r;
 }
@@ -34,7 +34,7 @@ ModelConfig layer_model(const OpRequest& r) {
   m.heads = r.shape["Hq"];
   m.kv_heads = r.shape["Hkv"];
   m.head_dim = r.shape["D"];
-  m.norms_per_layer = static_cast<int>(r.params["norms_per_layer"]);
+  m.norms_per_layer = r.options.as<LayerOptions>().norms_per_layer;
   return m;
 }
 
@@ -87,7 +87,7 @@ nlohmann::json shape_json(const OpRequest& r) {
 
 PHASEBENCH_DECLARE_OPS(layer) {
   using namespace phasebench;
-  registry.declare(OpDecl{kLayer, {"B", "S", "L", "h", "I", "Hq", "Hkv", "D"}, {"norms_per_layer"}, cost, footprint, shape_json});
+  registry.declare(OpDecl{kLayer, {"B", "S", "L", "h", "I", "Hq", "Hkv", "D"}, cost, footprint, shape_json});
   registry.group(SweepGroup{
       .name = "layer",
       .help = "whole layers of dense, full-attention models: prefill at prefill_batch x prompt, decode at decode_batch x "
@@ -105,7 +105,7 @@ PHASEBENCH_DECLARE_OPS(layer) {
           return pts;
         auto add_point = [&](Phase ph, std::uint64_t B, std::uint64_t n) {
           const bool prefill = ph == Phase::prefill;
-          auto p = make_point(std::string(to_string(ph)), "layer", m.name, "", m.name, layer_request(m, ph, B, n, sc.dtype),
+          auto p = make_point(std::string(to_string(ph)), m.name, "", m.name, layer_request(m, ph, B, n, sc.dtype),
                               {{"batch", B, "batch"},
                                {prefill ? "prompt" : "context", n, prefill ? "prompt" : "context"},
                                {"layers", m.layers, ""},

@@ -9,6 +9,7 @@
 #include "phasebench/gpu_specs.hpp"
 #include "phasebench/json_fields.hpp"
 #include "phasebench/ops/layer.hpp"
+#include "phasebench/ops/linear.hpp"
 #include "phasebench/report.hpp"
 
 namespace phasebench {
@@ -79,7 +80,7 @@ nlohmann::json layer_json(const Point& p, double measured_layer_s, const RunView
   Secs lm_head;
   std::string lm_source;
   run.each_point([&](const Point& q) {
-    if (q.op != "gemv" || q.target != "lm_head" || q.model != p.model || q.request.dtype != r.dtype) return;
+    if (q.op != kLinear || q.phase != "decode" || q.target != "lm_head" || q.model != p.model || q.request.dtype != r.dtype) return;
     if (!q.args.count("batch") || q.args.at("batch") != step.batch) return;
     const auto t = run.median_s(q);
     if (t && (!lm_head.ok || *t < lm_head.v)) {

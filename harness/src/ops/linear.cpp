@@ -46,7 +46,7 @@ std::vector<Point> projection_points(const SweepScope& sc, Phase phase, std::uin
     if (prefill) impls.erase(std::remove(impls.begin(), impls.end(), Impl::own), impls.end());  // GEMMs: the library's
     for (Impl impl : impls) {
       r.impl = impl;
-      pts.push_back(make_point(prefill ? "prefill" : "decode", prefill ? "linear" : "gemv", m.name, lin.name,
+      pts.push_back(make_point(prefill ? "prefill" : "decode", m.name, lin.name,
                                m.name + "." + lin.name, r, args, true));
     }
   }
@@ -59,7 +59,7 @@ std::vector<Point> projection_points(const SweepScope& sc, Phase phase, std::uin
 
 PHASEBENCH_DECLARE_OPS(linear) {
   using namespace phasebench;
-  registry.declare(OpDecl{kLinear, {"M", "N", "K"}, {}, cost, [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
+  registry.declare(OpDecl{kLinear, {"M", "N", "K"}, cost, [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
   registry.group(SweepGroup{
       .name = "prefill_linear",
       .help = "the prefill GEMMs of each projection over batch x prompt (vendor library)",
@@ -106,7 +106,7 @@ PHASEBENCH_DECLARE_OPS(linear) {
           for (auto it = impls.rbegin(); it != impls.rend(); ++it) {  // the vendor row first
             r.impl = *it;
             const std::string target = std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K);
-            pts.push_back(make_point("free", "linear", "custom", target, target, r,
+            pts.push_back(make_point("free", "custom", target, target, r,
                                      {{"M", s.M, ""}, {"N", s.N, ""}, {"K", s.K, ""}}, true));
           }
         }

@@ -40,7 +40,7 @@ OpRequest linear_int4_request(const LinearShape& s, std::uint64_t group, Impl im
   r.dtype = DType::bf16;  // activations; the weights are int4
   r.impl = impl;
   r.shape = s.shape();
-  r.params.set("group", group);
+  r.options = OpOptions(LinearInt4Options{group});
   r.seed = seed;
   r.phase = Phase::decode;
   return r;
@@ -49,7 +49,7 @@ OpRequest linear_int4_request(const LinearShape& s, std::uint64_t group, Impl im
 namespace {
 
 OpCost cost(const OpRequest& r) {
-  return linear_cost(LinearShape::of(r.shape), int4_weight_format(r.params["group"]), 2, 2);
+  return linear_cost(LinearShape::of(r.shape), int4_weight_format(r.options.as<LinearInt4Options>().group), 2, 2);
 }
 
 }  // namespace
@@ -58,10 +58,11 @@ OpCost cost(const OpRequest& r) {
 
 PHASEBENCH_DECLARE_OPS(linear_int4) {
   using namespace phasebench;
-  registry.declare(OpDecl{kLinearInt4, {"M", "N", "K"}, {"group"}, cost,
+  registry.declare(OpDecl{kLinearInt4, {"M", "N", "K"}, cost,
                           [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
   registry.group(SweepGroup{
-      .name = "decode_linear_int4",
+      .name = "linear_int4",
+      .former_names = {"decode_linear_int4"},
       .help = "weight-only int4 decode GEMVs of each projection over batch (bf16 activations; compare with "
               "decode_linear's bf16 rows)",
       .order = 25,
@@ -99,7 +100,7 @@ PHASEBENCH_DECLARE_OPS(linear_int4) {
             if (s.K % G != 0) continue;  // a projection this group size does not fit
             OpRequest r = linear_int4_request(s, G, Impl::own);
             if (sc.impls(r, false).empty()) continue;
-            pts.push_back(make_point("decode", "gemv_int4", m.name, lin.name, m.name + "." + lin.name, r,
+            pts.push_back(make_point("decode", m.name, lin.name, m.name + "." + lin.name, r,
                                      {{"batch", B, "batch"}, {"group", G, "group"}}, true));
           }
         }

@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "phasebench/op.hpp"
+#include "phasebench/ops/linear.hpp"
+#include "phasebench/ops/linear_int4.hpp"
 #include "phasebench/report.hpp"
 
 namespace phasebench {
@@ -22,11 +24,11 @@ std::string int4_section(const SummaryInput& in) {
     if (p.value("status", "") != "ok" || p.value("phase", "") != "decode" || p.value("impl", "") != "own" ||
         p.value("dtype", "") != "bf16")
       continue;
-    if ((op != "gemv" && op != "gemv_int4") || !p.contains("time")) continue;
+    if ((op != kLinear && op != kLinearInt4) || !p.contains("time")) continue;
     const std::pair<std::string, std::uint64_t> key{
         p.value("model", "") + "." + p.value("target", ""),
         p.value("args", nlohmann::json::object()).value("batch", std::uint64_t{0})};
-    (op == "gemv" ? bf16 : int4)[key] = p.at("time").at("median_s").get<double>();
+    (op == kLinear ? bf16 : int4)[key] = p.at("time").at("median_s").get<double>();
   }
   std::string rows;
   for (const auto& [key, t4] : int4) {

@@ -26,18 +26,12 @@ OpRequest moe_request(const MoeShape& s, const Routing& routing, DType dtype, Im
   r.impl = impl;
   r.phase = phase;
   r.shape = s.shape();
-  r.params.set("routing", static_cast<std::uint64_t>(routing.kind));
-  // The routing's parameter in millionths (S of zipf, F of hot).
-  r.params.set("routing_ppm", static_cast<std::uint64_t>(std::llround(routing.value * 1e6)));
+  r.options = OpOptions(MoeOptions{routing});
   r.seed = seed;
   return r;
 }
 
-Routing moe_routing(const OpRequest& r) {
-  const auto kind = r.params["routing"];
-  if (kind > 2) throw std::logic_error("moe: routing kind " + std::to_string(kind));
-  return {static_cast<Routing::Kind>(kind), static_cast<double>(r.params["routing_ppm"]) / 1e6};
-}
+Routing moe_routing(const OpRequest& r) { return r.options.as<MoeOptions>().routing; }
 
 RoutedTokens moe_routed(const OpRequest& r) {
   const auto s = MoeShape::of(r.shape);
@@ -89,8 +83,9 @@ nlohmann::json shape_json(const OpRequest& r) {
 
 PHASEBENCH_DECLARE_OPS(moe) {
   using namespace phasebench;
-  registry.declare(OpDecl{kMoe, {"T", "k", "E", "h", "I"}, {"routing", "routing_ppm"},
-                          [](const OpRequest& r) { return moe_cost(r).total(); }, footprint, shape_json});
+  registry.declare(OpDecl{kMoe, {"T", "k", "E", "h", "I"},
+                          [](const OpRequest& r) { return moe_cost(r).total(); }, footprint, shape_json,
+                          {"moe_experts"}});
   registry.group(SweepGroup{
       .name = "moe",
       .help = "the routed experts of each mixture-of-experts model's MoE layer (permute, grouped gate_up, SiLU*up, "
@@ -134,7 +129,7 @@ PHASEBENCH_DECLARE_OPS(moe) {
             for (Impl impl : sc.impls(r, true)) {
               r.impl = impl;
               pts.push_back(
-                  make_point(std::string(to_string(phase)), "moe", m.name, target, m.name + "." + target, r, args, true));
+                  make_point(std::string(to_string(phase)), m.name, target, m.name + "." + target, r, args, true));
             }
           };
           for (auto B : (*sc.axes)["batch"])

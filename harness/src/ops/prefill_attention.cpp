@@ -3,7 +3,7 @@
 // k and v [B, S, Hkv, D]. One sweep group: batch x prompt, our flash kernel and
 // the vendor path that materialises the scores, for the grouped-query attention
 // models.
-#include "phasebench/ops/attention.hpp"
+#include "phasebench/ops/prefill_attention.hpp"
 #include "phasebench/ops/shared_axes.hpp"
 
 namespace phasebench {
@@ -29,7 +29,7 @@ OpCost cost(const OpRequest& r) { return prefill_attention_cost(PrefillAttention
 
 PHASEBENCH_DECLARE_OPS(prefill_attention) {
   using namespace phasebench;
-  registry.declare(OpDecl{kPrefillAttention, {"B", "Hq", "Hkv", "S", "D"}, {}, cost,
+  registry.declare(OpDecl{kPrefillAttention, {"B", "Hq", "Hkv", "S", "D"}, cost,
                           [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
   registry.group(SweepGroup{
       .name = "prefill_attention",
@@ -51,7 +51,7 @@ PHASEBENCH_DECLARE_OPS(prefill_attention) {
         for (Impl impl : impls)
           for (auto B : (*sc.axes)["batch"])
             for (auto S : (*sc.axes)["prompt"])
-              pts.push_back(make_point("prefill", "attention", m.name, "", m.name,
+              pts.push_back(make_point("prefill", m.name, "", m.name,
                                        prefill_attention_request({B, m.heads, m.kv_heads, S, m.head_dim}, sc.dtype, impl),
                                        {{"batch", B, "batch"}, {"prompt", S, "prompt"}}, true));
         return pts;

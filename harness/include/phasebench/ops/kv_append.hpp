@@ -11,6 +11,12 @@ namespace phasebench {
 inline constexpr const char* kKvAppend = "kv_append";
 inline constexpr const char* kKvAppendPaged = "kv_append_paged";
 
+// A KV append request's options (OpRequest::options).
+struct KvAppendOptions {
+  std::uint64_t capacity = 0;   // the cache's tokens per sequence (the new ones go at its end)
+  std::uint64_t page_size = 0;  // tokens per page (the paged kind)
+};
+
 OpRequest kv_append_request(const KvAppendShape& s, DType dtype, std::uint64_t capacity, bool paged,
                             std::uint64_t page_size = 16, std::uint64_t seed = 0x5eed);
 

@@ -15,6 +15,11 @@ inline constexpr const char* kLayer = "layer";
 // A layer of model `m` (its dimensions; layers and vocabulary are not part of the
 // op): prefill of `n` prompt tokens, or the decode step whose new token is the
 // n-th of the context (it is appended at position n - 1 and attention reads n).
+// A layer request's options (OpRequest::options).
+struct LayerOptions {
+  int norms_per_layer = 2;  // RMSNorms per layer (Gemma's sandwich norms: 4)
+};
+
 OpRequest layer_request(const ModelConfig& m, Phase phase, std::uint64_t batch, std::uint64_t n, DType dtype,
                         std::uint64_t seed = 0x5eed);
 // The model config a layer request's dimensions describe (layers = 1, vocab = 0),

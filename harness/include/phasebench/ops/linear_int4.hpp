@@ -29,6 +29,11 @@ WeightFormat int4_weight_format(std::uint64_t group);
 // InputError unless G is 32, 64, 128 or 256 and divides K.
 void check_int4_shape(const LinearShape& s, std::uint64_t group);
 
+// An int4 linear request's options (OpRequest::options).
+struct LinearInt4Options {
+  std::uint64_t group = 128;  // G: weights per scale and zero point along K
+};
+
 OpRequest linear_int4_request(const LinearShape& s, std::uint64_t group, Impl impl, std::uint64_t seed = 0x5eed);
 
 }  // namespace phasebench

@@ -16,7 +16,12 @@
 
 namespace phasebench {
 
-inline constexpr const char* kMoe = "moe_experts";
+inline constexpr const char* kMoe = "moe";
+
+// A MoE request's options (OpRequest::options).
+struct MoeOptions {
+  Routing routing{};  // how tokens choose their experts (drawn from the request's seed)
+};
 
 // The weights' fill scale: 1/sqrt(K) of each GEMM, so that outputs stay O(1)
 // and fp16 intermediates cannot overflow at any model width.
@@ -24,7 +29,7 @@ float moe_weight_scale(std::uint64_t K);
 
 OpRequest moe_request(const MoeShape& s, const Routing& routing, DType dtype, Impl impl, Phase phase,
                       std::uint64_t seed = 0x5eed);
-// The request's routing (its params), and the routing it draws (from its seed).
+// The request's routing, and the routing it draws (from its seed).
 Routing moe_routing(const OpRequest& r);
 RoutedTokens moe_routed(const OpRequest& r);
 // The request's cost with the experts its drawn routing touches.

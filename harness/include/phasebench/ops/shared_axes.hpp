@@ -1,8 +1,10 @@
 #pragma once
-// Sweep axes that several groups declare alike (harness/src/ops/common_axes.cpp):
-// each with the old flag that fed all of them as its alias, and one default per
-// backend, so an old command line gives the points it gave.
+// What several sweep groups declare alike (harness/src/ops/common_axes.cpp): axes,
+// each with the old flag that fed all of them as its alias and one default per
+// backend, so an old command line gives the points it gave; and the attention
+// groups' models.
 #include <string>
+#include <vector>
 
 #include "phasebench/op.hpp"
 
@@ -18,5 +20,13 @@ AxisDecl attention_batch_axis(std::string name, std::string help);
 AxisDecl context_axis(std::string name, std::string help);
 // The paged KV cache's page size in tokens (--page-size, a multiple of 16): one value.
 AxisDecl page_size_axis();
+
+// The models the attention groups (decode, prefill, KV append) run for: grouped-query
+// attention, every model but the MLA ones (whose attention is latent_attention's;
+// their projections still run); with no --model given on a GPU, Llama-3.1-8B and
+// 70B (4 and 8 query heads per KV head).
+bool grouped_query_attention(const ModelConfig& m);
+inline constexpr const char* kGroupedQueryAttentionModels = "grouped-query attention models (all but MLA)";
+std::vector<std::string> attention_gpu_models();
 
 }  // namespace phasebench

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/gemv.hpp"
+#include "cpu/linear.hpp"
 #include "cpu/cpu_op.hpp"
 #include "reference/common.hpp"
 #include "reference/linear.hpp"
@@ -187,7 +187,7 @@ std::optional<std::string> blas_dims(const OpRequest& r, const CpuEnv&) {
 
 }  // namespace phasebench::cpu
 
-PHASEBENCH_CPU_OPS(gemv) {
+PHASEBENCH_CPU_OPS(linear) {
   using namespace phasebench;
   using namespace phasebench::cpu;
   auto prepare = [](CpuEnv& env, const OpRequest& r) -> std::unique_ptr<PreparedOp> {

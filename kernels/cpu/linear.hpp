@@ -1,5 +1,5 @@
 #pragma once
-// The CPU backend's own decode GEMV (gemv.cpp): multi-threaded
+// The CPU backend's own decode GEMV (linear.cpp): multi-threaded
 // (OpenMP) loops written to stream memory; layouts as the CUDA kernels'
 // (docs/design.md, kernels/backend.hpp).
 #include <cstdint>

@@ -9,8 +9,8 @@
 // Partial results (unnormalised O, running max and sum per head and chunk) are
 // merged per (sequence, head) at the end. Contiguous and paged caches go
 // through the same code: only the row addresses differ.
-// Also the operations' CPU implementations (decode_latent_attention and
-// decode_latent_attention_paged), verified per sampled (sequence, head) against
+// Also the operations' CPU implementations (latent_attention and
+// latent_attention_paged), verified per sampled (sequence, head) against
 // reference::latent_attention_head before anything is timed.
 #include <omp.h>
 
@@ -23,7 +23,7 @@
 #include "common/paged_kv.hpp"
 #include "cpu/cpu_op.hpp"
 #include "reference/common.hpp"
-#include "reference/decode_latent_attention.hpp"
+#include "reference/latent_attention.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/latent_attention.hpp"
@@ -196,7 +196,7 @@ void run(const LatentArgs& a) {
   }
 }
 
-void decode_latent_attention(const LatentArgs& a) {
+void latent_attention(const LatentArgs& a) {
   switch (a.t) {
     case DType::fp32: run<float>(a); break;
     case DType::bf16: run<Bf16>(a); break;
@@ -226,7 +226,7 @@ class CpuLatentAttention final : public CpuOp {
       : CpuOp(r.footprint_bytes()),
         r_(r),
         s_(LatentAttentionShape::of(r.shape)),
-        paged_(r.kind == kDecodeLatentAttentionPaged) {
+        paged_(r.kind == kLatentAttentionPaged) {
     const auto e = element_bytes(r.dtype), W = s_.R + s_.P;
     q_ = HostBuffer(mul({s_.B, s_.H, W, e}));
     out_ = HostBuffer(mul({s_.B, s_.H, s_.R, e}));
@@ -239,14 +239,14 @@ class CpuLatentAttention final : public CpuOp {
     if (!paged_) {
       cache_ = std::move(c);
     } else {
-      pages_ = BlockTable(r, s_.B, s_.L);
+      pages_ = BlockTable(r, r.options.as<LatentAttentionOptions>().page_size, s_.B, s_.L);
       const std::uint64_t pool = mul({s_.B * pages_.pages_per_seq, pages_.page_size, W, e}, "latent page pool bytes");
       cache_ = HostBuffer(pool);
       std::memset(cache_.get(), 0, pool);
       scatter_to_pages(c.as<unsigned char>(), cache_.as<unsigned char>(), pages_.host, s_.B, s_.L, pages_.page_size, pages_.pages_per_seq, W * e);
       track(pages_.host.data(), pages_.host.size() * sizeof(std::int32_t));
     }
-    const std::uint64_t chunk = chunk_of(s_.L, choose_splits(s_.B, s_.L, threads(), r.params.get("splits", 0)));
+    const std::uint64_t chunk = chunk_of(s_.L, choose_splits(s_.B, s_.L, threads(), r.options.as<LatentAttentionOptions>().splits));
     const std::uint64_t splits = (s_.L + chunk - 1) / chunk;
     part_.assign(s_.B * splits * s_.H * (s_.R + 2), 0.f);
     for (const HostBuffer* b : {&q_, &cache_, &out_}) track(b->get(), b->bytes());
@@ -256,7 +256,7 @@ class CpuLatentAttention final : public CpuOp {
           .splits = splits, .chunk = chunk, .scale = latent_attention_scale(r), .t = r.dtype, .part = part_.data()};
   }
 
-  void run() override { decode_latent_attention(a_); }
+  void run() override { latent_attention(a_); }
 
   void verify() override {
     run();
@@ -318,9 +318,9 @@ std::optional<std::string> shape_limits(const OpRequest& r, const CpuEnv&) {
 // filled from a contiguous copy of the cache, made first.
 std::uint64_t scratch(const OpRequest& r, const CpuEnv&) {
   const auto s = LatentAttentionShape::of(r.shape);
-  const auto splits = std::max<std::uint64_t>(1, choose_splits(s.B, s.L, threads(), r.params.get("splits", 0)));
+  const auto splits = std::max<std::uint64_t>(1, choose_splits(s.B, s.L, threads(), r.options.as<LatentAttentionOptions>().splits));
   std::uint64_t b = mul({4, s.B, splits, s.H, add(s.R, 2)}, "MLA split-KV partial bytes");
-  if (r.kind == kDecodeLatentAttentionPaged)
+  if (r.kind == kLatentAttentionPaged)
     b = add(b, mul({s.B, s.L, add(s.R, s.P), element_bytes(r.dtype)}, "latent cache bytes"));
   return b;
 }
@@ -329,13 +329,13 @@ std::uint64_t scratch(const OpRequest& r, const CpuEnv&) {
 
 }  // namespace phasebench::cpu
 
-PHASEBENCH_CPU_OPS(decode_latent_attention) {
+PHASEBENCH_CPU_OPS(latent_attention) {
   using namespace phasebench;
   using namespace phasebench::cpu;
   auto prepare = [](CpuEnv&, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
     return std::make_unique<CpuLatentAttention>(r);
   };
   auto types = [](DType t, const CpuEnv&) { return t == DType::fp32 || t == DType::bf16 || t == DType::fp16; };
-  registry.add({kDecodeLatentAttention, Impl::own, types, {}, shape_limits, scratch, prepare});
-  registry.add({kDecodeLatentAttentionPaged, Impl::own, types, {}, shape_limits, scratch, prepare});
+  registry.add({kLatentAttention, Impl::own, types, {}, shape_limits, scratch, prepare});
+  registry.add({kLatentAttentionPaged, Impl::own, types, {}, shape_limits, scratch, prepare});
 }

@@ -1,6 +1,6 @@
-// MLA decode attention's reference (decode_latent_attention.hpp): attend()
+// MLA decode attention's reference (latent_attention.hpp): attend()
 // with the whole latent as keys and its first R elements as values.
-#include "reference/decode_latent_attention.hpp"
+#include "reference/latent_attention.hpp"
 
 #include "reference/common.hpp"
 

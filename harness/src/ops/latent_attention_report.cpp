@@ -52,7 +52,7 @@ std::string mla_section(const SummaryInput& in) {
 
 }  // namespace phasebench
 
-PHASEBENCH_DECLARE_OPS(decode_latent_attention_report) {
+PHASEBENCH_DECLARE_OPS(latent_attention_report) {
   using namespace phasebench;
   registry.section(SummarySection{"MLA decode attention", 40, mla_section});
 }

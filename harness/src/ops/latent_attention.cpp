@@ -19,38 +19,36 @@ OpRequest latent_attention_request(const LatentAttentionShape& s, DType dtype, b
   if (qk_dim == 0) throw InputError("MLA decode attention: qk_dim (qk_nope + qk_rope) must be positive");
   if (paged && page_size == 0) throw InputError("MLA decode attention: the page size must be a positive integer");
   OpRequest r;
-  r.kind = paged ? kDecodeLatentAttentionPaged : kDecodeLatentAttention;
+  r.kind = paged ? kLatentAttentionPaged : kLatentAttention;
   r.phase = Phase::decode;
   r.dtype = dtype;
   r.impl = Impl::own;
   r.shape = s.shape();
-  if (paged) r.params.set("page_size", page_size);
-  r.params.set("splits", splits);
-  r.params.set("qk_dim", qk_dim);
+  r.options = OpOptions(LatentAttentionOptions{paged ? page_size : 0, splits, qk_dim});
   r.seed = seed;
   return r;
 }
 
 float latent_attention_scale(const OpRequest& r) {
-  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(r.params["qk_dim"])));
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(r.options.as<LatentAttentionOptions>().qk_dim)));
 }
 
 namespace {
 
 OpCost contiguous_cost(const OpRequest& r) {
   const auto e = element_bytes(r.dtype);
-  return decode_latent_attention_cost(LatentAttentionShape::of(r.shape), e, e);
+  return latent_attention_cost(LatentAttentionShape::of(r.shape), e, e);
 }
 
 OpCost paged_cost(const OpRequest& r) {
   const auto e = element_bytes(r.dtype);
-  return decode_latent_attention_paged_cost(LatentAttentionShape::of(r.shape), e, e, r.params["page_size"]);
+  return latent_attention_paged_cost(LatentAttentionShape::of(r.shape), e, e, r.options.as<LatentAttentionOptions>().page_size);
 }
 
 // The page pool holds whole pages: the last page of each sequence is allocated in full.
 std::uint64_t paged_footprint(const OpRequest& r) {
   const auto s = LatentAttentionShape::of(r.shape);
-  const auto P = r.params["page_size"], c = element_bytes(r.dtype);
+  const auto P = r.options.as<LatentAttentionOptions>().page_size, c = element_bytes(r.dtype);
   const auto pages = mul(s.B, pages_per_sequence(s.L, P), "pages");
   const auto cost = paged_cost(r);
   return add(mul({c, pages, P, add(s.R, s.P)}, "paged latent cache bytes"),
@@ -61,12 +59,13 @@ std::uint64_t paged_footprint(const OpRequest& r) {
 
 }  // namespace phasebench
 
-PHASEBENCH_DECLARE_OPS(decode_latent_attention) {
+PHASEBENCH_DECLARE_OPS(latent_attention) {
   using namespace phasebench;
-  registry.declare(OpDecl{kDecodeLatentAttention, {"B", "H", "L", "R", "P"}, {"splits", "qk_dim"}, contiguous_cost,
-                          [](const OpRequest& r) { return contiguous_cost(r).bytes.total(); }, {}});
-  registry.declare(OpDecl{kDecodeLatentAttentionPaged, {"B", "H", "L", "R", "P"}, {"page_size", "splits", "qk_dim"},
-                          paged_cost, paged_footprint, {}});
+  registry.declare(OpDecl{kLatentAttention, {"B", "H", "L", "R", "P"}, contiguous_cost,
+                          [](const OpRequest& r) { return contiguous_cost(r).bytes.total(); }, {},
+                          {"decode_latent_attention"}});
+  registry.declare(OpDecl{kLatentAttentionPaged, {"B", "H", "L", "R", "P"},
+                          paged_cost, paged_footprint, {}, {"decode_latent_attention_paged"}});
   // GPU: small-batch short-context points (split-KV) up to >= 256 MiB of latent
   // cache (bf16: B*L*1152 bytes; 64 x 8192 is 604 MB). CPU: four small points.
   registry.group(SweepGroup{
@@ -116,7 +115,7 @@ PHASEBENCH_DECLARE_OPS(decode_latent_attention) {
                 auto r = latent_attention_request({B, m.heads, L, a.kv_lora_rank, a.qk_rope}, sc.dtype, paged, qk, P);
                 std::vector<PointArg> args{{"batch", B, "batch"}, {"context", L, "context"}};
                 if (paged) args.push_back({"page_size", P, "page"});
-                pts.push_back(make_point("decode", paged ? "latent_attention_paged" : "latent_attention", m.name, "",
+                pts.push_back(make_point("decode", m.name, "",
                                          m.name, r, args, false));
               }
           }

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/numeric.hpp"
-#include "cpu/gemv_int4.hpp"
+#include "cpu/linear_int4.hpp"
 #include "cpu/cpu_op.hpp"
 #include "reference/common.hpp"
 #include "reference/linear_int4.hpp"
@@ -202,7 +202,7 @@ namespace {
 class CpuLinearInt4 final : public CpuOp {
  public:
   explicit CpuLinearInt4(const OpRequest& r)
-      : CpuOp(r.footprint_bytes()), r_(r), s_(LinearShape::of(r.shape)), G_(r.params["group"]) {
+      : CpuOp(r.footprint_bytes()), r_(r), s_(LinearShape::of(r.shape)), G_(r.options.as<LinearInt4Options>().group) {
     const Int4Layout l{s_.N, s_.K, G_};
     X_ = HostBuffer(mul({s_.M, s_.K, 2}));
     Q_ = HostBuffer(l.q_bytes());
@@ -245,13 +245,13 @@ class CpuLinearInt4 final : public CpuOp {
 
 }  // namespace phasebench::cpu
 
-PHASEBENCH_CPU_OPS(gemv_int4) {
+PHASEBENCH_CPU_OPS(linear_int4) {
   using namespace phasebench;
   using namespace phasebench::cpu;
   registry.add({kLinearInt4, Impl::own, [](DType t, const CpuEnv&) { return t == DType::bf16; }, {},
                 [](const OpRequest& r, const CpuEnv&) -> std::optional<std::string> {
                   const auto s = LinearShape::of(r.shape);
-                  const auto G = r.params["group"];
+                  const auto G = r.options.as<LinearInt4Options>().group;
                   if (s.M == 0 || s.M > kMaxGemvBatch)
                     return "the int4 GEMV handles batch 1 to " + std::to_string(kMaxGemvBatch);
                   if (G % 32 != 0 || G > 256 || s.K % G != 0) return "the int4 GEMV needs a group of 32 to 256 dividing K";
