@@ -171,27 +171,28 @@ struct OpImpl {
   std::function<std::unique_ptr<PreparedOp>(Env&, const OpRequest&)> prepare;
 };
 
-// A backend's implementations, by kind and impl.
-template <class Env>
+// A backend's implementations, by kind and impl (Entry: OpImpl<Env>, or a
+// backend's own entry with the same kind, impl and dtypes).
+template <class Env, class Entry = OpImpl<Env>>
 class OpImpls {
  public:
-  void add(OpImpl<Env> i) {
+  void add(Entry i) {
     if (find(i.kind, i.impl)) throw std::logic_error("two implementations of " + i.kind + " " + std::string(to_string(i.impl)));
     impls_.push_back(std::move(i));
   }
-  const OpImpl<Env>* find(std::string_view kind, Impl impl) const {
+  const Entry* find(std::string_view kind, Impl impl) const {
     for (const auto& i : impls_)
       if (i.kind == kind && i.impl == impl) return &i;
     return nullptr;
   }
   // The implementation that runs `r` on `env`, or nullptr.
-  const OpImpl<Env>* find(const OpRequest& r, const Env& env) const {
+  const Entry* find(const OpRequest& r, const Env& env) const {
     const auto* i = find(r.kind, r.impl);
     return i && i->dtypes(r.dtype, env) ? i : nullptr;
   }
 
  private:
-  std::vector<OpImpl<Env>> impls_;
+  std::vector<Entry> impls_;
 };
 
 // "cpu", "cuda" or "auto" (CUDA when a device is present, else CPU). `why`

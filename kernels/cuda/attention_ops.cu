@@ -1,6 +1,7 @@
 // The helpers the KV-cache and attention operations share (attention_ops.hpp):
 // buffer seeds, the paged pool's logical fill (a grid-stride kernel that writes
-// each logical element of the contiguous cache into its page slot), read-back.
+// each logical element of the contiguous cache into its page slot), the caches'
+// fill and read-back, the ops' test access.
 #include "cuda/attention_ops.hpp"
 
 #include <algorithm>
@@ -56,6 +57,30 @@ void BlockTable::to_device(cudaStream_t stream) {
   upload(device.get(), host.data(), device.bytes(), stream);
 }
 
+std::vector<float> AttentionOpBase::output_as_float() {
+  PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  const DeviceBuffer& out = output();
+  return download_as_float(out.get(), r_.dtype, out.bytes() / element_bytes(r_.dtype), ctx_.stream);
+}
+
+void download_kv_rows(void* dst, const void* cache, std::size_t es, const BlockTable& pool, std::size_t b,
+                      std::size_t h, std::size_t Hkv, std::size_t L, std::size_t len, std::size_t row_elems,
+                      cudaStream_t stream) {
+  auto* d = static_cast<unsigned char*>(dst);
+  if (pool.page_size == 0) {
+    PB_CUDA_CHECK(cudaMemcpyAsync(d, byte_ptr(cache, (b * Hkv + h) * L * row_elems, es), len * row_elems * es,
+                                  cudaMemcpyDeviceToHost, stream));
+    return;
+  }
+  const std::size_t P = static_cast<std::size_t>(pool.page_size);
+  for (std::size_t lp = 0; lp * P < len; ++lp) {
+    const std::size_t page = static_cast<std::size_t>(pool.host[b * pool.pages_per_seq + lp]);
+    const std::size_t tokens = std::min(P, len - lp * P);
+    PB_CUDA_CHECK(cudaMemcpyAsync(d + lp * P * row_elems * es, byte_ptr(cache, (page * Hkv + h) * P * row_elems, es),
+                                  tokens * row_elems * es, cudaMemcpyDeviceToHost, stream));
+  }
+}
+
 namespace {
 
 // Writes logical element (b, h, t, d), t < L, of a [B, Hkv, L, D] cache filled
@@ -100,6 +125,17 @@ void paged_logical_fill(void* pool, const std::int32_t* block_table, DType t, st
   else
     paged_logical_fill_kernel<Fp16Tag><<<blocks, threads, 0, stream>>>(p, block_table, seed, Hkv, L, D, P, pages_per_seq, n);
   PB_CUDA_CHECK_LAUNCH("paged_logical_fill_kernel");
+}
+
+void fill_kv_cache(void* cache, DType t, std::size_t elems, const BlockTable& pool, std::uint64_t seed, KvBuf logical,
+                   KvBuf pool_fill, int B, int Hkv, int L, int D, cudaStream_t stream) {
+  if (pool.page_size == 0) {
+    fill_random(cache, t, elems, seed_of(seed, logical), 1.0f, stream);
+    return;
+  }
+  fill_random(cache, t, elems, seed_of(seed, pool_fill), 1.0f, stream);
+  paged_logical_fill(cache, pool.table(), t, seed_of(seed, logical), B, Hkv, L, D, pool.page_size, pool.pages_per_seq,
+                     stream);
 }
 
 }  // namespace phasebench::cuda

@@ -1,9 +1,9 @@
 #pragma once
 // What the KV-cache and attention operations of the CUDA backend share
-// (decode_attention.cu, latent_attention.cu, kv_append.cu,
-// prefill_attention.cu): the seeds of their buffers, the paged pool's fill,
-// reading results back for verification, the test access every one of them
-// implements, and the registration of a contiguous and a paged kind.
+// (decode_attention.cu, latent_attention.cu, kv_append.cu, prefill_attention.cu):
+// the seeds of their buffers, the paged pool and its fill, reading caches and
+// results back for verification, the test access every one of them implements
+// (and its common part), and the registration of a contiguous and a paged kind.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -70,21 +70,49 @@ class AttentionOpAccess {
   virtual int splits() const { return 1; }
 };
 
-// Registers `Op` (built from the context and the request) as our own bf16/fp16
-// implementation of an operation's contiguous and paged kinds, with
-// `unsupported`'s limits and `scratch`'s bytes beyond the footprint (empty: none).
-template <class Op>
-void add_contiguous_and_paged(CudaOps& registry, const char* kind, const char* paged_kind,
-                              std::function<std::optional<std::string>(const OpRequest&, const Context&)> unsupported,
-                              std::function<std::uint64_t(const OpRequest&, const Context&)> scratch = {}) {
-  auto prepare = [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> { return std::make_unique<Op>(ctx, r); };
-  for (const char* k : {kind, paged_kind}) registry.add({k, Impl::own, takes_16bit, {}, unsupported, scratch, prepare});
-}
+// A KV-cache or attention op's common part: its context and request, and the
+// test access over its output buffer (output()) and the fault-injection flag
+// its verify() reads (fault_).
+class AttentionOpBase : public PreparedOp, public AttentionOpAccess {
+ public:
+  std::vector<float> output_values() override { return output_as_float(); }
+  std::vector<float> output_as_float() override;
+  void set_fault_injection(bool on) override { fault_ = on; }
 
-// The scratch of a split-KV decode op: its plan's workspace, Plan(ctx, r).workspace_floats floats.
-template <auto Plan>
-std::uint64_t split_workspace_bytes(const OpRequest& r, const Context& ctx) {
-  return Plan(ctx, r).workspace_floats * sizeof(float);
+ protected:
+  AttentionOpBase(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r) {}
+  // The buffer output_as_float() reads, of the request's dtype.
+  virtual const DeviceBuffer& output() const = 0;
+
+  Context& ctx_;
+  OpRequest r_;
+  bool fault_ = false;
+};
+
+// Fills a [B, Hkv, L, D] cache of type t, contiguous or (pool.page_size > 0) in
+// `pool`'s pages ([pages, Hkv, P, D], `elems` elements in all, the block table on
+// the device already): the logical elements as a contiguous cache filled with
+// seed_of(seed, logical) holds them, the pool's other slots (past L in each
+// sequence's last page, read by nobody) with seed_of(seed, pool_fill).
+void fill_kv_cache(void* cache, DType t, std::size_t elems, const BlockTable& pool, std::uint64_t seed, KvBuf logical,
+                   KvBuf pool_fill, int B, int Hkv, int L, int D, cudaStream_t stream);
+
+// Enqueues the copy of tokens [0, len) of (sequence b, KV head h) of a cache of
+// `es`-byte elements, rows of `row_elems`, into `dst` as [len][row_elems]: a
+// contiguous [B, Hkv, L, row_elems] cache (L its stride), or (pool.page_size > 0)
+// through `pool`'s host block table. The caller synchronises.
+void download_kv_rows(void* dst, const void* cache, std::size_t es, const BlockTable& pool, std::size_t b,
+                      std::size_t h, std::size_t Hkv, std::size_t L, std::size_t len, std::size_t row_elems,
+                      cudaStream_t stream);
+
+// Registers `Op` (built from the context, the request and its plan, a `Plan`
+// made by `planner`) as our own bf16/fp16 implementation of an operation's
+// contiguous and paged kinds.
+template <class Op, class Plan>
+void add_contiguous_and_paged(CudaOps& registry, const char* kind, const char* paged_kind,
+                              std::shared_ptr<const Plan> (*planner)(const OpRequest&, const Context&)) {
+  auto plan = [planner](const OpRequest& r, const Context& ctx) -> std::shared_ptr<const OpPlan> { return planner(r, ctx); };
+  for (const char* k : {kind, paged_kind}) registry.add({k, Impl::own, takes_16bit, {}, plan, prepare_op<Op, Plan>()});
 }
 
 }  // namespace phasebench::cuda

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -169,7 +170,8 @@ nlohmann::json counters_json(const std::vector<pb_emu::counters::Launch>& launch
 // (whether one launch is too short to time alone, and the graph then used).
 class TimedOp final : public PreparedOp {
  public:
-  TimedOp(std::unique_ptr<PreparedOp> inner, OpRequest r) : request(std::move(r)), inner_(std::move(inner)) {}
+  TimedOp(std::unique_ptr<PreparedOp> inner, OpRequest r, CheckedRequest c)
+      : request(std::move(r)), checked(std::move(c)), inner_(std::move(inner)) {}
   ~TimedOp() override {
     if (graph_) cudaGraphExecDestroy(graph_);
     rotation.reset();  // its graph and copies before the op it copies
@@ -186,8 +188,10 @@ class TimedOp final : public PreparedOp {
   bool graph_tried = false;  // capture attempted (once, on the first hot sample)
   cudaGraphExec_t graph_ = nullptr;
   std::string graph_problem;  // why no graph could be captured, when short
-  // Cold samples over rotating copies (built on the first cold sample).
+  // Cold samples over rotating copies (built on the first cold sample from the
+  // plan this op was built from).
   const OpRequest request;
+  const CheckedRequest checked;
   bool rotation_tried = false;
   std::unique_ptr<RotatingGraph> rotation;
   std::uint64_t rotating_bytes = 0;
@@ -312,14 +316,24 @@ class CudaBackend final : public Backend {
   }
 
   // Head-room for library scratch beyond the context's workspace (the flush
-  // buffer is allocated already, so free memory accounts for it).
+  // buffer is allocated already, so free memory accounts for it). The check
+  // plans the request; the plan is kept for the prepare() of the same request
+  // that follows (a point asks cannot_run, then prepares), so a point is
+  // checked and planned once.
   std::optional<std::string> cannot_run(const OpRequest& r) const override {
-    return cuda::cannot_run(ctx_, r, kWorkspaceBytes);
+    last_check_ = LastCheck{r, check_request(ctx_, r, kWorkspaceBytes)};
+    return last_check_->checked.why;
   }
 
   std::unique_ptr<PreparedOp> prepare(const OpRequest& r) override {
-    if (auto why = cannot_run(r)) throw Unsupported(*why);
-    return std::make_unique<TimedOp>(make_op(ctx_, r), r);
+    CheckedRequest c;
+    if (last_check_ && same_request(last_check_->request, r))
+      c = std::move(last_check_->checked);
+    else
+      c = check_request(ctx_, r, kWorkspaceBytes);
+    last_check_.reset();
+    auto op = make_op(ctx_, r, c);  // Unsupported with the check's reason when it cannot run
+    return std::make_unique<TimedOp>(std::move(op), r, std::move(c));
   }
 
   void synchronize() override { PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
@@ -490,6 +504,11 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  static bool same_request(const OpRequest& a, const OpRequest& b) {
+    return a.kind == b.kind && a.phase == b.phase && a.dtype == b.dtype && a.impl == b.impl && a.shape == b.shape &&
+           a.params == b.params && a.seed == b.seed && a.name == b.name;
+  }
+
   TimedOp& as_timed(PreparedOp& op) {
     auto* t = dynamic_cast<TimedOp*>(&op);
     if (!t) throw InputError("CudaBackend: this operation was not prepared by the CUDA backend");
@@ -511,7 +530,7 @@ class CudaBackend final : public Backend {
       return;
     }
     try {
-      op.rotation = std::make_unique<RotatingGraph>(ctx_, op.request, op.inner(), plan.copies);
+      op.rotation = std::make_unique<RotatingGraph>(ctx_, op.request, op.inner(), plan.copies, op.checked);
       op.rotating_bytes = plan.bytes;
     } catch (const VerificationError&) {
       throw;  // a copy that computed something else than the verified op: an error, never a time
@@ -684,6 +703,12 @@ class CudaBackend final : public Backend {
   } group_;
   bool clocks_seen_ = false;
   unsigned sm_min_ = 0, sm_max_ = 0, mem_min_ = 0, mem_max_ = 0;
+  // The last cannot_run(): its request and check, plan included, for the prepare() that follows.
+  struct LastCheck {
+    OpRequest request;
+    CheckedRequest checked;
+  };
+  mutable std::optional<LastCheck> last_check_;
 };
 
 }  // namespace

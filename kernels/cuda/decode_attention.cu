@@ -1,6 +1,7 @@
-// Decode attention on CUDA (decode_attention.hpp): the split-KV kernels over a
-// contiguous or paged cache, their reduction, the split plan, and the operation
-// (kinds decode_attention and decode_attention_paged) verified against the CPU reference.
+// Decode attention on CUDA (decode_attention.hpp): the launcher of the kernels
+// (decode_attention.cuh) and the operation (kinds decode_attention and
+// decode_attention_paged), built from its request's plan (decode_attention_plan.hpp)
+// and verified against the CPU reference.
 // A CTA walks one chunk of one sequence's context for up to 8 query rows of a KV
 // head (its GQA heads times the step's new tokens): 8 rows (G = 8 or 16, and
 // S*G of 5 to 7, rounded up to 8 with zero rows, or >= 8) on tensor cores
@@ -12,61 +13,30 @@
 // merges each row's splits, all its threads sharing the splits.
 #include "cuda/decode_attention.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
-#include <type_traits>
+#include <string>
+#include <vector>
 
-#include "common/paged_kv.hpp"
 #include "reference/common.hpp"
 #include "reference/decode_attention.hpp"
 #include "cuda/attention_ops.hpp"
-#include "cuda/attention_util.cuh"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
-#include "cuda/ptx.cuh"
+#include "cuda/decode_attention.cuh"
+#include "cuda/decode_attention_plan.hpp"
+#include "cuda/dispatch.cuh"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/decode_attention.hpp"
 
 namespace phasebench::cuda {
 
+// ---- the launcher ---------------------------------------------------------------
+
 namespace {
-
-// 4 warps per CTA. Each warp splits into lane groups of D/8 lanes; a lane
-// group holds one token's row (16-byte vectors along D, 8 elements per lane),
-// so a warp has 32/(D/8) tokens in flight per step (4, 2 or 1) and each lane
-// group issues U tokens' K and V loads before it uses any of them.
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-
-// KV row addressing: element offset of token t of (batch b, kv head h).
-template <int D>
-struct ContiguousKV {
-  int Hkv, L;
-  __device__ __forceinline__ std::size_t row(int b, int h, int t) const {
-    return ((static_cast<std::size_t>(b) * Hkv + h) * L + t) * D;
-  }
-};
-
-// page_shift >= 0: the page size is 2^page_shift, and a token's page and slot
-// are a shift and a mask instead of an integer division (tens of instructions).
-template <int D>
-struct PagedKV {
-  const std::int32_t* __restrict__ block_table;
-  int Hkv, page_size, pages_per_seq, page_shift;
-  __device__ __forceinline__ std::size_t row(int b, int h, int t) const {
-    const int lp = page_shift >= 0 ? t >> page_shift : t / page_size;
-    const int slot = page_shift >= 0 ? t & (page_size - 1) : t % page_size;
-    const int page = __ldg(block_table + static_cast<std::size_t>(b) * pages_per_seq + lp);
-    return ((static_cast<std::size_t>(page) * Hkv + h) * page_size + slot) * D;
-  }
-};
 
 int log2_if_power_of_two(int n) {
   if (n <= 0 || (n & (n - 1)) != 0) return -1;
@@ -75,662 +45,42 @@ int log2_if_power_of_two(int n) {
   return s;
 }
 
-// Where a CTA's query rows go: the output when its chunk is the whole context,
-// else the split's partial (the log2-sum-exp2 of its scores, then D values), which
-// decode_reduce_kernel merges.
-struct RowSink {
-  std::uint16_t* out;
-  float* part;
-  const float* kv_scales;
-  int b, S, G, R, g0, Hq, Hkv, kvh, split, splits;
-};
-
-// The CTA's warps' online-softmax states merged per row and stored: warp w's
-// running max and sum of row g are m[w * GT + g] and l[w * GT + g], its
-// unnormalised output warp_out(w, g, d). Rows past R (padding) are not stored.
-template <class Tag, int D, int GT, bool F8, class WarpOut>
-__device__ __forceinline__ void merge_warps_and_store(const float* m, const float* l, WarpOut warp_out, const RowSink& k) {
-  for (int idx = threadIdx.x; idx < GT * D; idx += kThreads) {
-    const int g = idx / D;
-    const int d = idx % D;
-    if (k.g0 + g >= k.R) continue;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, m[w * GT + g]);
-    float Ls = 0.f, A = 0.f;
-    if (M != -INFINITY) {
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(m[w * GT + g] - M);
-        Ls += l[w * GT + g] * f;
-        A += warp_out(w, g, d) * f;
-      }
-    }
-    const int r = k.g0 + g;
-    const std::size_t row = static_cast<std::size_t>(k.b * k.S + r / k.G) * k.Hq + k.kvh * k.G + r % k.G;
-    const float vscale = F8 ? __ldg(k.kv_scales + k.Hkv + k.kvh) : 1.f;
-    const float o = Ls > 0.f ? A / Ls * vscale : 0.f;
-    if (k.splits == 1) {
-      k.out[row * D + d] = encode<Tag>(o);
-    } else {
-      float* po = k.part + (row * k.splits + k.split) * (D + 1);
-      po[1 + d] = o;
-      if (d == 0) po[0] = Ls > 0.f ? M + log2f(Ls) : -INFINITY;  // log2-sum-exp2 of this split's scores
-    }
-  }
-}
-
-// F8: the cache holds fp8 e4m3 (8 bytes per lane and token) with per-head scales.
-// A CTA computes GT of the S*G query rows of its KV head, row r being new token
-// r / G of query head kvh*G + r % G; every row sees the keys before its own
-// position (len_b - S + 1 + r / G of them), so the S new tokens are causal among
-// themselves and share each K/V load.
-template <class Tag, int D, int GT, int U, class KV, bool F8>
-__global__ void __launch_bounds__(kThreads)
-    decode_attention_kernel(const std::uint16_t* __restrict__ q, std::uint16_t* __restrict__ out,
-                            const void* __restrict__ kc, const void* __restrict__ vc, KV kv,
-                            const float* __restrict__ kv_scales, float* __restrict__ part, int Hq, int Hkv, int G, int L,
-                            int S, const int* __restrict__ lengths, int chunk, int splits, float qscale) {
-  using Vec = std::conditional_t<F8, uint2, uint4>;  // 8 elements of the cache
-  constexpr int kElemBytes = F8 ? 1 : 2;
-  constexpr int LPT = D / 8;        // lanes per token: 8, 16, 32
-  constexpr int TPW = 32 / LPT;     // tokens per warp per step: 4, 2, 1
-  constexpr int NG = kWarps * TPW;  // lane groups per CTA
-  constexpr int STEP = NG * U;      // tokens per CTA per iteration
-  constexpr float kNegInf = -INFINITY;
-
-  const int split = blockIdx.x;
-  const int kvh = blockIdx.y % Hkv;
-  const int hchunk = blockIdx.y / Hkv;
-  const int b = blockIdx.z;
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int sub = lane % LPT;              // which 8 elements of D
-  const int gi = warp * TPW + lane / LPT;  // lane group in the CTA
-  const int len = lengths ? __ldg(lengths + b) : L;  // this sequence's context
-  const int t0 = split * chunk;
-  const int t1 = min(len, t0 + chunk);  // past the end for the splits of a short sequence: no tokens
-  const int g0 = hchunk * GT;  // first query row of this chunk within the KV head's S*G
-  const int R = S * G;
-  // Row g's query token (b*S + new token), query head, and the keys it sees.
-  int qtok[GT], qh[GT], seen[GT];
-#pragma unroll
-  for (int g = 0; g < GT; ++g) {
-    const int r = min(g0 + g, R - 1);  // rows past R compute a copy of the last one, never stored
-    qtok[g] = b * S + r / G;
-    qh[g] = kvh * G + r % G;
-    seen[g] = len - S + 1 + r / G;
-  }
-
-  // The group's queries, pre-scaled by scale*log2(e) (and K's scale for an fp8
-  // cache): scores are in the log2 domain.
-  if constexpr (F8) qscale *= __ldg(kv_scales + kvh);
-  float qf[GT][8];
-#pragma unroll
-  for (int g = 0; g < GT; ++g) {
-    if (g0 + g < R) {
-      const uint4 u =
-          __ldg(reinterpret_cast<const uint4*>(q + (static_cast<std::size_t>(qtok[g]) * Hq + qh[g]) * D) + sub);
-      unpack8<Tag>(u, qf[g]);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) qf[g][i] *= qscale;
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) qf[g][i] = 0.f;
-    }
-  }
-
-  float m[GT], l[GT], acc[GT][8];
-#pragma unroll
-  for (int g = 0; g < GT; ++g) {
-    m[g] = kNegInf;
-    l[g] = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
-  }
-
-  // The loop bounds are uniform across the CTA, so every lane reaches the shuffles.
-  for (int base = t0; base < t1; base += STEP) {
-    Vec kr[U], vr[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int t = base + u * NG + gi;
-      if (t < t1) {
-        const std::size_t off = (kv.row(b, kvh, t) + static_cast<std::size_t>(sub) * 8) * kElemBytes;
-        kr[u] = __ldg(reinterpret_cast<const Vec*>(static_cast<const unsigned char*>(kc) + off));
-        vr[u] = __ldg(reinterpret_cast<const Vec*>(static_cast<const unsigned char*>(vc) + off));
-      } else {
-        kr[u] = Vec{};
-        vr[u] = Vec{};
-      }
-    }
-    // 8 cache elements to floats (fp8: unscaled; the scales are applied outside the loop).
-    auto unpack_kv = [](const Vec& r, float (&f)[8]) {
-      if constexpr (F8)
-        unpack8_fp8(r, f);
-      else
-        unpack8<Tag>(r, f);
-    };
-    float s[U][GT];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float kf[8];
-      unpack_kv(kr[u], kf);
-#pragma unroll
-      for (int g = 0; g < GT; ++g) {
-        float d = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) d = fmaf(qf[g][i], kf[i], d);
-        s[u][g] = d;
-      }
-    }
-    // Sum the partial dot products over the LPT lanes of each token.
-#pragma unroll
-    for (int o = LPT / 2; o > 0; o >>= 1)
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int g = 0; g < GT; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
-    // Tokens past the chunk, and the later new tokens a row must not see.
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int t = base + u * NG + gi;
-#pragma unroll
-      for (int g = 0; g < GT; ++g)
-        if (t >= t1 || t >= seen[g]) s[u][g] = kNegInf;
-    }
-
-    // Online softmax: new running max, rescale the old state, add this step's tokens.
-#pragma unroll
-    for (int g = 0; g < GT; ++g) {
-      float mx = m[g];
-#pragma unroll
-      for (int u = 0; u < U; ++u) mx = fmaxf(mx, s[u][g]);
-      const bool empty = (mx == kNegInf);  // no valid token seen yet by this lane group
-      const float alpha = empty ? 1.f : exp2f(m[g] - mx);
-      m[g] = mx;
-      l[g] *= alpha;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[g][i] *= alpha;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        s[u][g] = empty ? 0.f : exp2f(s[u][g] - mx);  // masked tokens: exp2(-inf) = 0
-        l[g] += s[u][g];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float vf[8];
-      unpack_kv(vr[u], vf);
-#pragma unroll
-      for (int g = 0; g < GT; ++g)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(s[u][g], vf[i], acc[g][i]);
-    }
-  }
-
-  // Merge the lane groups of a warp (a butterfly: afterwards every group holds the merge).
-#pragma unroll
-  for (int o = LPT; o < 32; o <<= 1) {
-#pragma unroll
-    for (int g = 0; g < GT; ++g) {
-      const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
-      const float lo = __shfl_xor_sync(0xffffffffu, l[g], o);
-      const float mn = fmaxf(m[g], mo);
-      const float a = (mn == kNegInf) ? 0.f : exp2f(m[g] - mn);
-      const float c = (mn == kNegInf) ? 0.f : exp2f(mo - mn);
-      m[g] = mn;
-      l[g] = l[g] * a + lo * c;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float ao = __shfl_xor_sync(0xffffffffu, acc[g][i], o);
-        acc[g][i] = acc[g][i] * a + ao * c;
-      }
-    }
-  }
-
-  // Merge the warps through shared memory.
-  __shared__ float sm_m[kWarps][GT];
-  __shared__ float sm_l[kWarps][GT];
-  __shared__ __align__(16) float sm_acc[kWarps][GT][D];
-  if (lane < LPT) {  // lane group 0 of each warp; sub == lane here
-#pragma unroll
-    for (int g = 0; g < GT; ++g) {
-      if (sub == 0) {
-        sm_m[warp][g] = m[g];
-        sm_l[warp][g] = l[g];
-      }
-      // Two 16-byte stores a lane (8 scalar ones would be 4-way bank conflicts each).
-      float4* dst = reinterpret_cast<float4*>(&sm_acc[warp][g][sub * 8]);
-      dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
-      dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
-    }
-  }
-  __syncthreads();
-  merge_warps_and_store<Tag, D, GT, F8>(&sm_m[0][0], &sm_l[0][0], [&](int w, int g, int d) { return sm_acc[w][g][d]; },
-                                        RowSink{out, part, kv_scales, b, S, G, R, g0, Hq, Hkv, kvh, split, splits});
-}
-
-// ---- tensor-core kernel for 8 query rows per CTA (GQA groups of 8, multi-token steps) ----
-//
-// decode_attention_mma_kernel computes what decode_attention_kernel computes for GT = 8
-// (the same grid, masking and split partials), with QK^T and PV on tensor cores
-// (mma.sync m16n8k16, fp32 accumulate) and the CTA's 8 query rows as the N = 8 side:
-//   S^T [16 tokens x 8 rows] = K tile [16 x D] . Q^T [D x 8]   (K as A by ldmatrix, Q^T as B
-//                                                              from registers, loaded once)
-//   O^T [D x 8] += V^T [D x 16 tokens] . P^T [16 tokens x 8]   (V^T as A by ldmatrix.trans)
-// Each of the 4 warps walks its own 16-token tiles of the chunk (tiles w, w + 4, ...) with
-// its own two-stage cp.async pipeline (tile j + 1 in flight while tile j is computed; a
-// warp waits for its own copies and orders them with __syncwarp, no CTA barrier in the
-// loop). An fp8 cache is copied raw and dequantised to the 16-bit type in shared memory
-// (exact: e4m3 values are bf16/fp16 values), its scales applied outside as before.
-// The accumulator of S^T holds (token g / g + 8, rows 2t, 2t + 1) per lane (g = lane / 4,
-// t = lane % 4), while P^T as the B operand wants (tokens 2t, 2t + 1 / + 8, row g): P is
-// staged through a 256-byte tile per warp (two 4-byte stores and one ldmatrix.x2.trans),
-// cheaper than the 4 shuffles plus selects and packing of a register transpose. The online
-// softmax runs per row (per accumulator column) with 3 shuffles across the 8 lanes of a
-// column; the warps' (m, l, O) are merged in shared memory at the end.
-// ptxas -v (CUDA 13), registers, no spills anywhere; dynamic shared memory (16-bit / fp8 cache):
-//   head_dim  64: sm_80 89-91,   sm_90 91-96,   37.0 / 35.0 KiB
-//   head_dim 128: sm_80 126-132, sm_90 133-139, 69.0 / 67.0 KiB  (3 CTAs per H200 SM, 2 per A100 SM)
-//   head_dim 256: sm_80 147-179, sm_90 158-185, 133.0 / 131.0 KiB (1 CTA per SM)
-// (the CUDA-core kernel at 8 rows took 216-255 registers, 2 CTAs per SM, 2 tokens in flight per lane group).
-template <int D, bool F8>
-struct MmaConfig {
-  static constexpr int kTile = 16;    // tokens per warp tile (the M of S^T)
-  static constexpr int LD = D + 8;    // 16-bit elements per shared row: ldmatrix phases conflict-free
-  static constexpr std::size_t tile = std::size_t(kTile) * LD * 2;  // one K or V tile, 16-bit
-  static constexpr std::size_t raw = std::size_t(kTile) * D;         // one fp8 K or V tile
-  static constexpr std::size_t p_tile = kTile * 8 * 2;              // P^T [16 tokens][8 rows], 16-bit
-  // Per warp, 16-bit cache: K0 V0 K1 V1 P; fp8: K V (dequantised) rawK0 rawV0 rawK1 rawV1 P.
-  static constexpr std::size_t warp_bytes = F8 ? 2 * tile + 4 * raw + p_tile : 4 * tile + p_tile;
-  static constexpr int DP = D + 4;  // floats per row of the warps' O in the final merge (reuses the tiles)
-  static constexpr std::size_t merge_bytes = std::size_t(kWarps) * 8 * DP * 4;
-  static constexpr std::size_t smem = warp_bytes * kWarps > merge_bytes ? warp_bytes * kWarps : merge_bytes;
-  static_assert(tile % 16 == 0 && raw % 16 == 0 && warp_bytes % 16 == 0, "16-byte aligned regions");
-};
-
-
-// minBlocks 2 caps nothing (255 registers) but keeps ptxas from squeezing head_dim 64 paged
-// into 64 registers with spills.
-template <class Tag, int D, class KV, bool F8>
-__global__ void __launch_bounds__(kThreads, 2)
-    decode_attention_mma_kernel(const std::uint16_t* __restrict__ q, std::uint16_t* __restrict__ out,
-                                const void* __restrict__ kc, const void* __restrict__ vc, KV kv,
-                                const float* __restrict__ kv_scales, float* __restrict__ part, int Hq, int Hkv, int G,
-                                int L, int S, const int* __restrict__ lengths, int chunk, int splits, float qscale) {
-  using C = MmaConfig<D, F8>;
-  constexpr int GT = 8, LD = C::LD, T = C::kTile;
-  constexpr int KD = D / 16;  // k-steps of S^T, m-tiles of O^T
-  constexpr float kNegInf = -INFINITY;
-  extern __shared__ __align__(128) unsigned char mma_smem[];  // named apart from the reduce kernel's float array
-
-  const int split = blockIdx.x;
-  const int kvh = blockIdx.y % Hkv;
-  const int hchunk = blockIdx.y / Hkv;
-  const int b = blockIdx.z;
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;  // the fragments' groupID and threadID_in_group
-  const int len = lengths ? __ldg(lengths + b) : L;
-  const int t0 = split * chunk;
-  const int t1 = min(len, t0 + chunk);  // <= t0 for the splits past a short sequence's end: no tiles
-  const int g0 = hchunk * GT;
-  const int R = S * G;
-  if constexpr (F8) qscale *= __ldg(kv_scales + kvh);
-
-  // Q^T as the B operand: lane (g, t) holds row g's elements 16kk + 2t, +1 (b0) and
-  // 16kk + 8 + 2t, +1 (b1); rows past R are zero (computed, never stored).
-  unsigned qb[KD][2];
-  {
-    const int r = g0 + g;
-    if (r < R) {
-      const std::uint16_t* qrow = q + (static_cast<std::size_t>(b * S + r / G) * Hq + kvh * G + r % G) * D + 2 * t;
-#pragma unroll
-      for (int kk = 0; kk < KD; ++kk) {
-        qb[kk][0] = __ldg(reinterpret_cast<const unsigned*>(qrow + kk * 16));
-        qb[kk][1] = __ldg(reinterpret_cast<const unsigned*>(qrow + kk * 16 + 8));
-      }
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < KD; ++kk) qb[kk][0] = qb[kk][1] = 0u;
-    }
-  }
-  // This lane's accumulator columns are rows 2t and 2t + 1: tokens at or past lim are masked
-  // (the chunk's end, and the row's causal limit len - S + 1 + r / G).
-  int lim[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = min(g0 + 2 * t + i, R - 1);
-    lim[i] = min(t1, len - S + 1 + r / G);
-  }
-
-  // This warp's tiles: w, w + kWarps, ... of the chunk's ceil((t1 - t0) / 16).
-  const int n_tiles = t1 > t0 ? (t1 - t0 + T - 1) / T : 0;
-  const int n_mine = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
-  unsigned char* wsm = mma_smem + warp * C::warp_bytes;
-  const unsigned ws = smem_addr(wsm);
-  // 16-bit: stage s's K at ws + 2s tile, V at + (2s + 1) tile. fp8: dequantised K, V first.
-  const unsigned conv = ws;
-  const unsigned raw0 = ws + static_cast<unsigned>(2 * C::tile);
-  const unsigned p_s = ws + static_cast<unsigned>(C::warp_bytes - C::p_tile);
-  auto stage_k = [&](int s) -> unsigned {
-    return F8 ? raw0 + static_cast<unsigned>(2 * s * C::raw) : ws + static_cast<unsigned>(2 * s * C::tile);
-  };
-  auto stage_v = [&](int s) -> unsigned {
-    return F8 ? raw0 + static_cast<unsigned>((2 * s + 1) * C::raw) : ws + static_cast<unsigned>((2 * s + 1) * C::tile);
-  };
-  // Issue tile j of this warp into stage j & 1 (tokens past t1 zero-filled) and commit.
-  // A tile never crosses a page: it starts at a multiple of 16 and pages are multiples of 16.
-  auto issue = [&](int j) {
-    const int tb = t0 + (warp + j * kWarps) * T;
-    constexpr int kEB = F8 ? 1 : 2;
-    constexpr int VPR = D * kEB / 16;  // 16-byte vectors per token row
-    constexpr int ROW = F8 ? D : LD * 2;  // shared bytes per token row
-    const std::size_t base = kv.row(b, kvh, tb) * kEB;  // byte offset of token tb; the tile's rows follow
-    const unsigned char* ksrc = static_cast<const unsigned char*>(kc) + base;
-    const unsigned char* vsrc = static_cast<const unsigned char*>(vc) + base;
-    const unsigned dk = stage_k(j & 1), dv = stage_v(j & 1);
-#pragma unroll
-    for (int it = 0; it < T * VPR / 32; ++it) {
-      const int i = it * 32 + lane;
-      const int r = i / VPR, c = i % VPR;
-      const bool in = tb + r < t1;
-      const int off = (in ? r : 0) * D * kEB + c * 16;  // rows past t1 read nothing (zero-filled)
-      const unsigned so = static_cast<unsigned>(r * ROW + c * 16);
-      cp_async_16(dk + so, ksrc + off, in ? 16 : 0);
-      cp_async_16(dv + so, vsrc + off, in ? 16 : 0);
-    }
-    cp_async_commit();
-  };
-
-  float o[KD][4];
-#pragma unroll
-  for (int mt = 0; mt < KD; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.f;
-  float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};  // l: this lane's share of the row sums
-
-  // ldmatrix row addresses of this lane (matrix i = lane / 8, row j = lane % 8), as offsets:
-  // K (A): tokens 0-15, d 0/8; V^T (A, .trans of V): tokens (lane & 7) + 8 (lane / 16), d 0/8.
-  const unsigned k_off = static_cast<unsigned>(((lane & 15) * LD + (lane >> 4) * 8) * 2);
-  const unsigned v_off = static_cast<unsigned>((((lane & 7) + (lane >> 4) * 8) * LD + ((lane >> 3) & 1) * 8) * 2);
-
-  if (n_mine > 0) issue(0);
-  for (int j = 0; j < n_mine; ++j) {
-    if (j + 1 < n_mine)
-      issue(j + 1);
-    else
-      cp_async_commit();  // an empty group: the wait below always leaves exactly one group pending
-    cp_async_wait<1>();   // tile j landed (this lane's copies) ...
-    __syncwarp();         // ... and the whole warp's
-    const int tb = t0 + (warp + j * kWarps) * T;
-    unsigned ks, vs;
-    if constexpr (F8) {
-      // Dequantise the raw tiles (8 elements per step) into the 16-bit K and V tiles.
-      const unsigned char* rk = wsm + (stage_k(j & 1) - ws);
-      const unsigned char* rv = wsm + (stage_v(j & 1) - ws);
-#pragma unroll
-      for (int it = 0; it < T * D / 8 / 32; ++it) {
-        const int i = it * 32 + lane;
-        const int r = i / (D / 8), c = i % (D / 8);
-        const uint2 uk = *reinterpret_cast<const uint2*>(rk + r * D + c * 8);
-        const uint2 uv = *reinterpret_cast<const uint2*>(rv + r * D + c * 8);
-        float fk[8], fv[8];
-        unpack8_fp8(uk, fk);
-        unpack8_fp8(uv, fv);
-        const uint4 pk = make_uint4(pack2(Tag{}, fk[0], fk[1]), pack2(Tag{}, fk[2], fk[3]), pack2(Tag{}, fk[4], fk[5]),
-                                    pack2(Tag{}, fk[6], fk[7]));
-        const uint4 pv = make_uint4(pack2(Tag{}, fv[0], fv[1]), pack2(Tag{}, fv[2], fv[3]), pack2(Tag{}, fv[4], fv[5]),
-                                    pack2(Tag{}, fv[6], fv[7]));
-        *reinterpret_cast<uint4*>(wsm + (r * LD + c * 8) * 2) = pk;
-        *reinterpret_cast<uint4*>(wsm + C::tile + (r * LD + c * 8) * 2) = pv;
-      }
-      __syncwarp();
-      ks = conv;
-      vs = conv + static_cast<unsigned>(C::tile);
-    } else {
-      ks = stage_k(j & 1);
-      vs = stage_v(j & 1);
-    }
-
-    // S^T = K Q^T, scaled to the log2 domain.
-    float s[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int kk = 0; kk < KD; ++kk) {
-      unsigned a[4];
-      ldmatrix_x4(a, ks + k_off + kk * 32);
-      mma_16816(Tag{}, s, a, qb[kk][0], qb[kk][1]);
-    }
-    // s[0]: (token tb + g, row 2t), s[1]: (tb + g, 2t + 1), s[2], s[3]: token tb + g + 8.
-    const int ta = tb + g, tbb = ta + 8;
-    s[0] = ta < lim[0] ? s[0] * qscale : kNegInf;
-    s[1] = ta < lim[1] ? s[1] * qscale : kNegInf;
-    s[2] = tbb < lim[0] ? s[2] * qscale : kNegInf;
-    s[3] = tbb < lim[1] ? s[3] * qscale : kNegInf;
-
-    // Online softmax per row: the tile's max over the 8 lanes of a column (the g's).
-    float mx[2] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3])};
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 4));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 8));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 16));
-      mx[i] = fmaxf(mx[i], m[i]);
-    }
-    // A row with no valid token yet keeps a zero base, so exp2 never sees -inf - -inf.
-    const float base0 = mx[0] == kNegInf ? 0.f : mx[0];
-    const float base1 = mx[1] == kNegInf ? 0.f : mx[1];
-    const float alpha0 = exp2f(m[0] - base0), alpha1 = exp2f(m[1] - base1);  // 0 while the old max is -inf
-    m[0] = mx[0];
-    m[1] = mx[1];
-    const float p0 = exp2f(s[0] - base0), p1 = exp2f(s[1] - base1);
-    const float p2 = exp2f(s[2] - base0), p3 = exp2f(s[3] - base1);
-    l[0] = l[0] * alpha0 + p0 + p2;
-    l[1] = l[1] * alpha1 + p1 + p3;
-#pragma unroll
-    for (int mt = 0; mt < KD; ++mt) {
-      o[mt][0] *= alpha0;
-      o[mt][1] *= alpha1;
-      o[mt][2] *= alpha0;
-      o[mt][3] *= alpha1;
-    }
-
-    // P^T through shared memory: [16 tokens][8 rows] 16-bit, then B fragments by ldmatrix.x2.trans.
-    *reinterpret_cast<unsigned*>(wsm + (C::warp_bytes - C::p_tile) + g * 16 + t * 4) = pack2(Tag{}, p0, p1);
-    *reinterpret_cast<unsigned*>(wsm + (C::warp_bytes - C::p_tile) + (g + 8) * 16 + t * 4) = pack2(Tag{}, p2, p3);
-    __syncwarp();
-    unsigned pb0, pb1;
-    ldmatrix_x2_trans(pb0, pb1, p_s + static_cast<unsigned>((lane & 15) * 16));
-
-    // O^T += V^T P^T: m-tile mt is d 16mt .. 16mt + 15.
-#pragma unroll
-    for (int mt = 0; mt < KD; ++mt) {
-      unsigned a[4];
-      ldmatrix_x4_trans(a, vs + v_off + mt * 32);
-      mma_16816(Tag{}, o[mt], a, pb0, pb1);
-    }
-    __syncwarp();  // the warp is done with stage j & 1 (and P) before they are written again
-  }
-  cp_async_wait<0>();
-
-  // The row sums over the column's 8 lanes.
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 4);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 8);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 16);
-  }
-
-  // Merge the warps through shared memory (the tiles' space, once every warp is done with it).
-  __shared__ float sm_m[kWarps][GT];
-  __shared__ float sm_l[kWarps][GT];
-  __syncthreads();
-  float* sm_o = reinterpret_cast<float*>(mma_smem);  // [kWarps][GT][DP]
-  if (g == 0) {
-    sm_m[warp][2 * t] = m[0];
-    sm_m[warp][2 * t + 1] = m[1];
-    sm_l[warp][2 * t] = l[0];
-    sm_l[warp][2 * t + 1] = l[1];
-  }
-#pragma unroll
-  for (int mt = 0; mt < KD; ++mt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int d = mt * 16 + g + (i >> 1) * 8, row = 2 * t + (i & 1);
-      sm_o[(warp * GT + row) * C::DP + d] = o[mt][i];
-    }
-  __syncthreads();
-  merge_warps_and_store<Tag, D, GT, F8>(
-      &sm_m[0][0], &sm_l[0][0], [&](int w, int gr, int d) { return sm_o[(w * GT + gr) * C::DP + d]; },
-      RowSink{out, part, kv_scales, b, S, G, R, g0, Hq, Hkv, kvh, split, splits});
-}
-
-// Combine the splits of one (query token, query head) row:
-// out = sum_i 2^(lse_i - M) o_i / sum_i 2^(lse_i - M), M the largest lse.
-// All of a CTA's threads share the work: the max and the weights over the
-// splits in parallel (warp shuffles, then shared memory), then each warp sums a
-// quarter of the splits for every d (lanes along d, so the partials are read
-// coalesced), and the warps' sums are added in shared memory. The longest
-// dependent chain per thread is splits / kReduceWarps, not 3 * splits.
-constexpr int kReduceWarps = 4;
-constexpr int kReduceThreads = kReduceWarps * 32;
-
-template <class Tag>
-__global__ void __launch_bounds__(kReduceThreads)
-    decode_reduce_kernel(const float* __restrict__ part, std::uint16_t* __restrict__ out, int splits, int D) {
-  extern __shared__ float smem[];  // [splits] weights, then [kReduceWarps][D] sums
-  float* w = smem;
-  float* sums = smem + splits;
-  __shared__ float red[kReduceWarps];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const std::size_t row = blockIdx.x;
-  const float* p = part + row * splits * (D + 1);
-  // The largest lse.
-  float M = -INFINITY;
-  for (int i = threadIdx.x; i < splits; i += kReduceThreads) M = fmaxf(M, p[static_cast<std::size_t>(i) * (D + 1)]);
-  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-  if (lane == 0) red[warp] = M;
-  __syncthreads();
-  M = red[0];
-  for (int i = 1; i < kReduceWarps; ++i) M = fmaxf(M, red[i]);
-  __syncthreads();  // red is reused for the sum of the weights
-  // The weights and their sum.
-  float W = 0.f;
-  for (int i = threadIdx.x; i < splits; i += kReduceThreads) {
-    const float lse = p[static_cast<std::size_t>(i) * (D + 1)];
-    w[i] = (M == -INFINITY || lse == -INFINITY) ? 0.f : exp2f(lse - M);
-    W += w[i];
-  }
-  for (int o = 16; o > 0; o >>= 1) W += __shfl_xor_sync(0xffffffffu, W, o);
-  if (lane == 0) red[warp] = W;
-  __syncthreads();
-  W = 0.f;
-  for (int i = 0; i < kReduceWarps; ++i) W += red[i];
-  // Warp `warp` sums splits warp, warp + kReduceWarps, ... for every d.
-  for (int d = lane; d < D; d += 32) {
-    float a = 0.f;
-    for (int i = warp; i < splits; i += kReduceWarps) a = fmaf(w[i], p[static_cast<std::size_t>(i) * (D + 1) + 1 + d], a);
-    sums[warp * D + d] = a;
-  }
-  __syncthreads();
-  for (int d = threadIdx.x; d < D; d += kReduceThreads) {
-    float a = 0.f;
-    for (int i = 0; i < kReduceWarps; ++i) a += sums[i * D + d];
-    out[row * D + d] = encode<Tag>(W > 0.f ? a / W : 0.f);
-  }
-}
-
-template <int N>
-using IC = std::integral_constant<int, N>;
-template <bool B>
-using BC = std::integral_constant<bool, B>;
-
 // Calls f(tag, IC<D>, IC<GT>, BC<paged>, BC<kv_fp8>) for the run-time choices.
 template <class F>
 void dispatch(DType dtype, int D, int GT, bool paged, bool kv_fp8, F&& f) {
-  auto by_fp8 = [&](auto tag, auto d, auto gt, auto pg) {
-    if (kv_fp8)
-      f(tag, d, gt, pg, BC<true>{});
-    else
-      f(tag, d, gt, pg, BC<false>{});
-  };
-  auto by_gt = [&](auto tag, auto d, auto pg) {
+  auto by_gt = [&](auto tag, auto d, auto pg, auto f8) {
     switch (GT) {
-      case 1: by_fp8(tag, d, IC<1>{}, pg); return;
-      case 2: by_fp8(tag, d, IC<2>{}, pg); return;
-      case 4: by_fp8(tag, d, IC<4>{}, pg); return;
-      case 8: by_fp8(tag, d, IC<8>{}, pg); return;
+      case 1: f(tag, d, IC<1>{}, pg, f8); return;
+      case 2: f(tag, d, IC<2>{}, pg, f8); return;
+      case 4: f(tag, d, IC<4>{}, pg, f8); return;
+      case 8: f(tag, d, IC<8>{}, pg, f8); return;
       default: throw std::logic_error("decode attention: heads per CTA must be 1, 2, 4 or 8");
     }
   };
-  auto by_paged = [&](auto tag, auto d) {
-    if (paged)
-      by_gt(tag, d, BC<true>{});
-    else
-      by_gt(tag, d, BC<false>{});
+  auto by_cache = [&](auto tag, auto d) {
+    dispatch_bool(paged, [&](auto pg) { dispatch_bool(kv_fp8, [&](auto f8) { by_gt(tag, d, pg, f8); }); });
   };
-  auto by_d = [&](auto tag) {
+  dispatch_16bit(dtype, "decode attention", [&](auto tag) {
     switch (D) {
-      case 64: by_paged(tag, IC<64>{}); return;
-      case 128: by_paged(tag, IC<128>{}); return;
-      case 256: by_paged(tag, IC<256>{}); return;
+      case 64: by_cache(tag, IC<64>{}); return;
+      case 128: by_cache(tag, IC<128>{}); return;
+      case 256: by_cache(tag, IC<256>{}); return;
       default: throw Unsupported("decode attention: head_dim " + std::to_string(D) + " is not supported; use 64, 128 or 256");
     }
-  };
-  switch (dtype) {
-    case DType::bf16: by_d(Bf16Tag{}); return;
-    case DType::fp16: by_d(Fp16Tag{}); return;
-    default: throw Unsupported("decode attention: dtype " + std::string(to_string(dtype)) + " is not supported; use bf16 or fp16");
-  }
+  });
 }
 
 // Tokens each lane group of the CUDA-core kernel loads before it uses any (GT < 8;
 // GT = 8 runs the tensor-core kernel).
 constexpr int kTokensPerStep = 4;
 
-// The tensor-core kernel's dynamic shared memory (above 48 KiB for head_dim 128 and
-// 256) is allowed once per instantiation.
+// The tensor-core kernel's dynamic shared memory: above 48 KiB for head_dim 128 and 256.
 template <class Tag, int D, class KV, bool F8>
 void allow_mma_smem() {
-  static bool done = false;
-  if (done) return;
-  PB_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_mma_kernel<Tag, D, KV, F8>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(MmaConfig<D, F8>::smem)));
-  done = true;
+  allow_dynamic_smem<decode_attention_mma_kernel<Tag, D, KV, F8>>(MmaConfig<D, F8>::smem);
 }
-
-template <int D, bool Paged>
-using KvOf = std::conditional_t<Paged, PagedKV<D>, ContiguousKV<D>>;
 
 }  // namespace
-
-std::optional<std::string> decode_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool paged,
-                                                        long long page_size, long long S) {
-  if (dtype != DType::bf16 && dtype != DType::fp16)
-    return "decode attention: dtype " + std::string(to_string(dtype)) + " is not supported on CUDA; use bf16 or fp16";
-  if (D != 64 && D != 128 && D != 256)
-    return "decode attention: head_dim " + std::to_string(D) + " is not supported; use 64, 128 or 256";
-  if (Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0)
-    return "decode attention: query heads (" + std::to_string(Hq) + ") must be a positive multiple of kv heads (" +
-           std::to_string(Hkv) + ")";
-  if (S < 1 || S > 16)
-    return "decode attention: " + std::to_string(S) + " new tokens per sequence; use 1 to 16";
-  if (Hkv * decode_head_chunks(static_cast<int>(std::min<long long>(S * (Hq / Hkv), 1 << 20))) > 65535)
-    return "decode attention: too many kv heads x head chunks for one grid dimension (at most 65535)";
-  if (paged && (page_size < 16 || page_size % 16 != 0))
-    return "decode attention: page size " + std::to_string(page_size) + " is not supported; use a multiple of 16";
-  return std::nullopt;
-}
-
-int decode_heads_per_cta(int G) {
-  const int chunks = decode_head_chunks(G);
-  const int per = (G + chunks - 1) / chunks;
-  int gt = 1;
-  while (gt < per) gt <<= 1;
-  return gt;  // <= 8 by construction of decode_head_chunks
-}
-
-int decode_head_chunks(int G) { return G <= 8 ? 1 : (G + 7) / 8; }
 
 std::size_t decode_attention_smem_bytes(int D, int G, bool kv_fp8) {
   if (decode_heads_per_cta(G) != 8) return 0;
@@ -760,64 +110,6 @@ int decode_attention_ctas_per_sm(DType dtype, int D, int G, bool paged, bool kv_
     }
   });
   return std::max(n, 1);
-}
-
-int decode_split_chunk(int L, int splits, int align) {
-  splits = std::max(splits, 1);
-  align = std::max(align, 1);
-  long long chunk = (static_cast<long long>(L) + splits - 1) / splits;
-  chunk = (chunk + align - 1) / align * align;
-  return static_cast<int>(std::max<long long>(chunk, 1));
-}
-
-int choose_decode_splits(int B, int Hkv, int head_chunks, int L, int align, int sm_count, int ctas_per_sm) {
-  const long long base = static_cast<long long>(B) * Hkv * std::max(head_chunks, 1);
-  const long long slots = static_cast<long long>(std::max(sm_count, 1)) * std::max(ctas_per_sm, 1);  // one wave
-  if (base <= 0 || base >= slots) return 1;  // a full wave without splitting
-  const long long min_chunk = std::max(kMinDecodeChunk, align);
-  const long long most = std::min({2 * slots / base, std::max<long long>(1, L / min_chunk),
-                                   static_cast<long long>(kMaxDecodeSplits)});
-  // The split count whose grid finishes first: waves of CTAs times the tokens
-  // each CTA walks, plus what a split costs beyond its tokens (its prologue,
-  // partial write and share of the reduce, about kSplitCostTokens tokens), so a
-  // grid that spills a few CTAs into another wave is not chosen over one that
-  // sits just under a whole number of waves.
-  int best = 1;
-  long long best_cost = L;  // one wave of `base` CTAs, each walking the whole context
-  for (long long s = 2; s <= most; ++s) {
-    const int chunk = decode_split_chunk(L, static_cast<int>(s), static_cast<int>(align));
-    const long long splits = (L + chunk - 1) / chunk;
-    const long long waves = (base * splits + slots - 1) / slots;
-    const long long cost = waves * (chunk + kSplitCostTokens);
-    if (cost < best_cost) {
-      best_cost = cost;
-      best = static_cast<int>(splits);
-    }
-  }
-  return best;
-}
-
-std::size_t decode_attention_workspace_floats(int B, int Hq, int D, int splits) {
-  if (splits <= 1) return 0;
-  return static_cast<std::size_t>(B) * Hq * splits * (D + 1);
-}
-
-DecodeSplitPlan plan_decode_splits(DType dtype, int B, int Hq, int Hkv, int L, int D, int page_size,
-                                   std::uint64_t requested, int sm_count, bool kv_fp8, int S) {
-  const bool paged = page_size > 0;
-  const int G = S * (Hq / Hkv), align = paged ? page_size : 64;  // G: query rows per KV head
-  DecodeSplitPlan plan;
-  int splits = 1;
-  if (requested == 0)
-    splits = choose_decode_splits(B, Hkv, decode_head_chunks(G), L, align, sm_count,
-                                  decode_attention_ctas_per_sm(dtype, D, G, paged, kv_fp8));
-  else
-    splits = static_cast<int>(std::min<std::uint64_t>({requested, static_cast<std::uint64_t>(L),
-                                                       static_cast<std::uint64_t>(kMaxDecodeSplits)}));
-  plan.chunk = decode_split_chunk(L, splits, align);
-  plan.splits = (L + plan.chunk - 1) / plan.chunk;
-  plan.workspace_floats = decode_attention_workspace_floats(B * S, Hq, D, plan.splits);
-  return plan;
 }
 
 DecodeAttentionParams decode_attention_params(DType t, const void* q, void* out, const void* k, const void* v, int B,
@@ -881,112 +173,52 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
   });
 }
 
-
 // ---- the operation ----------------------------------------------------------------
 
 namespace {
 
-DecodeSplitPlan split_plan(const Context& ctx, const OpRequest& r) {
-  const auto a = AttentionShape::of(r.shape);
-  const int page_size = r.kind == kDecodeAttentionPaged ? static_cast<int>(r.options.as<DecodeAttentionOptions>().page_size) : 0;
-  return plan_decode_splits(r.dtype, static_cast<int>(a.B), static_cast<int>(a.Hq), static_cast<int>(a.Hkv),
-                            static_cast<int>(decode_attention_max_length(r)), static_cast<int>(a.D), page_size,
-                            r.options.as<DecodeAttentionOptions>().splits, ctx.sm_count, decode_attention_kv_dtype(r) == DType::fp8,
-                            static_cast<int>(decode_attention_new_tokens(r)));
-}
-
-std::optional<std::string> request_unsupported(const OpRequest& r, const Context& ctx) {
-  const auto a = AttentionShape::of(r.shape);
-  const bool paged = r.kind == kDecodeAttentionPaged;
-  const std::uint64_t P = paged ? r.options.as<DecodeAttentionOptions>().page_size : 0;
-  const auto S = decode_attention_new_tokens(r);
-  if (auto why = decode_attention_unsupported(r.dtype, static_cast<long long>(a.Hq), static_cast<long long>(a.Hkv),
-                                              static_cast<long long>(a.D), paged, static_cast<long long>(P),
-                                              static_cast<long long>(std::min<std::uint64_t>(S, 1 << 20))))
-    return why;
-  if (a.B == 0 || a.L == 0) return std::string("decode attention: batch and context must be >= 1");
-  if (decode_attention_max_length(r) > static_cast<std::uint64_t>(INT_MAX))
-    return std::string("decode attention: contexts past 2^31 tokens");
-  if (a.B > 65535) return "decode attention: batch " + std::to_string(a.B) + " exceeds 65535 (a grid dimension)";
-  if (r.options.as<DecodeAttentionOptions>().splits > static_cast<std::uint64_t>(kMaxDecodeSplits))
-    return "decode attention: " + std::to_string(r.options.as<DecodeAttentionOptions>().splits) + " splits requested; at most " +
-           std::to_string(kMaxDecodeSplits);
-  if (paged && a.B * pages_per_sequence(decode_attention_max_length(r), P) > static_cast<std::uint64_t>(INT_MAX))
-    return std::string("decode attention (paged): more than 2^31 pages");
-  const int rows = static_cast<int>(std::min<std::uint64_t>(S * (a.Hq / a.Hkv), 1 << 20));
-  if (auto why = shared_memory_unsupported(
-          "decode attention (head_dim " + std::to_string(a.D) + ", 8 query rows per CTA on tensor cores)",
-          decode_attention_smem_bytes(static_cast<int>(a.D), rows, decode_attention_kv_dtype(r) == DType::fp8), ctx))
-    return why;
-  return std::nullopt;
-}
-
-class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
+class DecodeAttentionOp final : public AttentionOpBase {
  public:
-  DecodeAttentionOp(Context& ctx, const OpRequest& r)
-      : ctx_(ctx), r_(r), paged_(r.kind == kDecodeAttentionPaged), kv_t_(decode_attention_kv_dtype(r)) {
-    const auto a = AttentionShape::of(r.shape);
-    B_ = static_cast<int>(a.B);  // cannot_run checked that every dimension fits in int
-    Hq_ = static_cast<int>(a.Hq);
-    Hkv_ = static_cast<int>(a.Hkv);
-    L_ = static_cast<int>(decode_attention_max_length(r));
-    D_ = static_cast<int>(a.D);
-    S_ = static_cast<int>(decode_attention_new_tokens(r));
-    if (r.options.as<DecodeAttentionOptions>().context_dist.ragged())
-      for (auto l : decode_attention_lengths(r)) lengths_.push_back(static_cast<int>(l));
+  DecodeAttentionOp(Context& ctx, const OpRequest& r, const DecodeAttentionPlan& plan)
+      : AttentionOpBase(ctx, r), paged_(plan.paged), kv_t_(plan.kv_dtype), lengths_(plan.lengths), chunk_(plan.split.chunk),
+        p_(plan.params) {
     const std::size_t es = element_bytes(r.dtype), cs = element_bytes(kv_t_);
-    const std::size_t q_elems = static_cast<std::size_t>(B_) * S_ * Hq_ * D_;
-    std::size_t kv_elems = static_cast<std::size_t>(B_) * Hkv_ * L_ * D_;
+    const std::size_t q_elems = static_cast<std::size_t>(p_.B) * p_.S * p_.Hq * p_.D;
+    std::size_t kv_elems = static_cast<std::size_t>(p_.B) * p_.Hkv * p_.L * p_.D;
     if (paged_) {
-      pool_ = BlockTable(r, r.options.as<DecodeAttentionOptions>().page_size, B_, static_cast<std::uint64_t>(L_));
-      kv_elems = static_cast<std::size_t>(B_) * pool_.pages_per_seq * Hkv_ * pool_.page_size * D_;
+      pool_ = BlockTable(r, r.options.as<DecodeAttentionOptions>().page_size, p_.B, static_cast<std::uint64_t>(p_.L));
+      kv_elems = static_cast<std::size_t>(p_.B) * pool_.pages_per_seq * p_.Hkv * pool_.page_size * p_.D;
     }
-    const DecodeSplitPlan plan = split_plan(ctx, r);
-    chunk_ = plan.chunk;
-    const int splits = plan.splits;
-    const std::size_t ws_floats = plan.workspace_floats;
-
     q_ = DeviceBuffer(q_elems * es);
     out_ = DeviceBuffer(q_elems * es);
     k_ = DeviceBuffer(kv_elems * cs);
     v_ = DeviceBuffer(kv_elems * cs);
     if (kv_t_ == DType::fp8) {
-      const auto scales = reference::kv_head_scales(static_cast<std::size_t>(Hkv_));
+      const auto scales = reference::kv_head_scales(static_cast<std::size_t>(p_.Hkv));
       scales_ = DeviceBuffer(scales.size() * sizeof(float));
       upload(scales_.get(), scales.data(), scales_.bytes(), ctx.stream);
       PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // `scales` goes out of scope
     }
-    if (ws_floats) ws_ = DeviceBuffer(ws_floats * sizeof(float));
+    if (plan.split.workspace_floats) ws_ = DeviceBuffer(plan.split.workspace_floats * sizeof(float));
     if (!lengths_.empty()) {
       lengths_dev_ = DeviceBuffer(lengths_.size() * sizeof(int));
       upload(lengths_dev_.get(), lengths_.data(), lengths_dev_.bytes(), ctx.stream);
     }
     fill_random(q_.get(), r.dtype, q_elems, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
     PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
-    if (paged_) {
-      pool_.to_device(ctx.stream);
-      // Slots past L in each sequence's last page hold unrelated non-zero data (read
-      // by nobody); the logical slots hold the contiguous cache's values of the same seed.
-      fill_random(k_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::k_pool), 1.0f, ctx.stream);
-      fill_random(v_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::v_pool), 1.0f, ctx.stream);
-      paged_logical_fill(k_.get(), pool_.table(), kv_t_, seed_of(r.seed, KvBuf::k), B_, Hkv_, L_, D_, pool_.page_size,
-                         pool_.pages_per_seq, ctx.stream);
-      paged_logical_fill(v_.get(), pool_.table(), kv_t_, seed_of(r.seed, KvBuf::v), B_, Hkv_, L_, D_, pool_.page_size,
-                         pool_.pages_per_seq, ctx.stream);
-    } else {
-      fill_random(k_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::k), 1.0f, ctx.stream);
-      fill_random(v_.get(), kv_t_, kv_elems, seed_of(r.seed, KvBuf::v), 1.0f, ctx.stream);
-    }
+    if (paged_) pool_.to_device(ctx.stream);
+    fill_kv_cache(k_.get(), kv_t_, kv_elems, pool_, r.seed, KvBuf::k, KvBuf::k_pool, p_.B, p_.Hkv, p_.L, p_.D, ctx.stream);
+    fill_kv_cache(v_.get(), kv_t_, kv_elems, pool_, r.seed, KvBuf::v, KvBuf::v_pool, p_.B, p_.Hkv, p_.L, p_.D, ctx.stream);
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 
-    p_ = decode_attention_params(r.dtype, q_.get(), out_.get(), k_.get(), v_.get(), B_, Hq_, Hkv_, L_, D_, splits,
-                                 ws_floats ? ws_.as<float>() : nullptr);
+    // The plan's params, pointed at this op's buffers.
+    p_.q = q_.get();
+    p_.out = out_.get();
+    p_.k = k_.get();
+    p_.v = v_.get();
     p_.block_table = paged_ ? pool_.table() : nullptr;
-    p_.page_size = pool_.page_size;
-    p_.pages_per_seq = pool_.pages_per_seq;
-    p_.S = S_;
     p_.lengths = lengths_.empty() ? nullptr : lengths_dev_.as<int>();
-    p_.kv_fp8 = kv_t_ == DType::fp8;
+    p_.workspace = ws_.bytes() ? ws_.as<float>() : nullptr;
     p_.kv_scales = p_.kv_fp8 ? scales_.as<float>() : nullptr;
   }
 
@@ -998,63 +230,48 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
     const DType t = r_.dtype;
     const std::size_t es = element_bytes(kv_t_);  // the cache's element bytes
-    const std::size_t D = static_cast<std::size_t>(D_), L = static_cast<std::size_t>(L_);
-    const auto scales = kv_t_ == DType::fp8 ? reference::kv_head_scales(static_cast<std::size_t>(Hkv_))
-                                            : std::vector<float>(2 * static_cast<std::size_t>(Hkv_), 1.0f);
-    const std::size_t q_elems = static_cast<std::size_t>(B_) * S_ * Hq_ * D;
+    const int B = p_.B, Hq = p_.Hq, Hkv = p_.Hkv, S = p_.S;
+    const std::size_t D = static_cast<std::size_t>(p_.D), L = static_cast<std::size_t>(p_.L);
+    const auto scales = kv_t_ == DType::fp8 ? reference::kv_head_scales(static_cast<std::size_t>(Hkv))
+                                            : std::vector<float>(2 * static_cast<std::size_t>(Hkv), 1.0f);
+    const std::size_t q_elems = static_cast<std::size_t>(B) * S * Hq * D;
     const std::vector<float> q = download_as_float(q_.get(), t, q_elems, ctx_.stream);
     const std::vector<float> out = download_as_float(out_.get(), t, q_elems, ctx_.stream);
-    const int G = Hq_ / Hkv_;
+    const int G = Hq / Hkv;
     // (batch, kv head) pairs, each checked for all S*G of its query rows: all of
     // them when there are at most 256 query rows in all, else a spread incl. the
     // first and the last; fewer when the context is long (about 2^26 reference
     // elements per cache).
-    const std::uint64_t pairs_total = static_cast<std::uint64_t>(B_) * Hkv_;
-    const std::uint64_t rows = static_cast<std::uint64_t>(S_) * G;
+    const std::uint64_t pairs_total = static_cast<std::uint64_t>(B) * Hkv;
+    const std::uint64_t rows = static_cast<std::uint64_t>(S) * G;
     const std::uint64_t by_heads = std::max<std::uint64_t>(2, (256 + rows - 1) / rows);
-    const std::uint64_t by_work = std::max<std::uint64_t>(2, (std::uint64_t{1} << 26) / (L * D * S_));
+    const std::uint64_t by_work = std::max<std::uint64_t>(2, (std::uint64_t{1} << 26) / (L * D * S));
     const auto pairs = spread_sample(pairs_total, std::min(by_heads, by_work));
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D_)));
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p_.D)));
     const reference::Tolerance tol = reference::tolerance_for(t);
     std::vector<unsigned char> raw(2 * L * D * es);
     std::vector<float> ref(D);
     for (const std::uint64_t pair : pairs) {
-      const std::size_t b = pair / Hkv_, h = pair % Hkv_;
+      const std::size_t b = pair / Hkv, h = pair % Hkv;
       const std::size_t len = lengths_.empty() ? L : static_cast<std::size_t>(lengths_[b]);
       // K and V of (b, h) as [len, D], read back from the device through the layout
       // (the contiguous cache's stride is the longest context, L).
-      if (!paged_) {
-        const std::size_t off = (b * Hkv_ + h) * L * D;
-        PB_CUDA_CHECK(cudaMemcpyAsync(raw.data(), byte_ptr(k_.get(), off, es), len * D * es, cudaMemcpyDeviceToHost,
-                                      ctx_.stream));
-        PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + len * D * es, byte_ptr(v_.get(), off, es), len * D * es,
-                                      cudaMemcpyDeviceToHost, ctx_.stream));
-      } else {
-        const std::size_t P = static_cast<std::size_t>(pool_.page_size);
-        for (std::size_t lp = 0; lp * P < len; ++lp) {
-          const std::size_t page = static_cast<std::size_t>(pool_.host[b * pool_.pages_per_seq + lp]);
-          const std::size_t tokens = std::min(P, len - lp * P);
-          const std::size_t off = (page * Hkv_ + h) * P * D;
-          PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + lp * P * D * es, byte_ptr(k_.get(), off, es), tokens * D * es,
-                                        cudaMemcpyDeviceToHost, ctx_.stream));
-          PB_CUDA_CHECK(cudaMemcpyAsync(raw.data() + (len + lp * P) * D * es, byte_ptr(v_.get(), off, es),
-                                        tokens * D * es, cudaMemcpyDeviceToHost, ctx_.stream));
-        }
-      }
+      download_kv_rows(raw.data(), k_.get(), es, pool_, b, h, Hkv, L, len, D, ctx_.stream);
+      download_kv_rows(raw.data() + len * D * es, v_.get(), es, pool_, b, h, Hkv, L, len, D, ctx_.stream);
       PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
       // The cache's values: its elements times the head's scales (1 for a 16-bit cache).
       std::vector<float> kv = reference::to_float(raw.data(), kv_t_, 2 * len * D);
       for (std::size_t i = 0; i < len * D; ++i) {
         kv[i] *= scales[h];
-        kv[len * D + i] *= scales[static_cast<std::size_t>(Hkv_) + h];
+        kv[len * D + i] *= scales[static_cast<std::size_t>(Hkv) + h];
       }
       const float* K = kv.data();
       const float* V = kv.data() + len * D;
-      for (int i = 0; i < S_; ++i)
+      for (int i = 0; i < S; ++i)
         for (int g = 0; g < G; ++g) {
           // New token i sees the keys up to its own position: len - S + 1 + i of them.
-          const std::size_t hq = h * G + g, seen = len - static_cast<std::size_t>(S_) + 1 + static_cast<std::size_t>(i);
-          const std::size_t row = ((b * S_ + static_cast<std::size_t>(i)) * Hq_ + hq) * D;
+          const std::size_t hq = h * G + g, seen = len - static_cast<std::size_t>(S) + 1 + static_cast<std::size_t>(i);
+          const std::size_t row = ((b * S + static_cast<std::size_t>(i)) * Hq + hq) * D;
           reference::decode_attention_head(
               q.data() + row, seen, D, scale, [&](std::size_t l) { return K + l * D; },
               [&](std::size_t l) { return V + l * D; }, ref.data());
@@ -1071,34 +288,24 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
     }
   }
 
-  std::vector<float> output_values() override { return output_as_float(); }
-  std::vector<float> output_as_float() override {
-    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    return download_as_float(out_.get(), r_.dtype, static_cast<std::size_t>(B_) * S_ * Hq_ * D_, ctx_.stream);
-  }
-  void set_fault_injection(bool on) override { fault_ = on; }
   int splits() const override { return p_.splits; }
 
  private:
+  const DeviceBuffer& output() const override { return out_; }
   std::string shape() const {
     std::ostringstream os;
     os << (paged_ ? "decode attention (paged)" : "decode attention") << " " << to_string(r_.dtype)
-       << (kv_t_ == DType::fp8 ? " fp8 cache" : "") << " B=" << B_
-       << " Hq=" << Hq_ << " Hkv=" << Hkv_ << " L=" << L_ << " D=" << D_;
-    if (S_ > 1) os << " S=" << S_;
-    if (!lengths_.empty()) os << " contexts " << r_.options.as<DecodeAttentionOptions>().context_dist.text() << " (longest " << L_ << ")";
+       << (kv_t_ == DType::fp8 ? " fp8 cache" : "") << " B=" << p_.B
+       << " Hq=" << p_.Hq << " Hkv=" << p_.Hkv << " L=" << p_.L << " D=" << p_.D;
+    if (p_.S > 1) os << " S=" << p_.S;
+    if (!lengths_.empty()) os << " contexts " << r_.options.as<DecodeAttentionOptions>().context_dist.text() << " (longest " << p_.L << ")";
     if (paged_) os << " page_size=" << pool_.page_size;
     os << " splits=" << p_.splits;
     return os.str();
   }
 
-  Context& ctx_;
-  OpRequest r_;
   bool paged_;
   DType kv_t_;
-  bool fault_ = false;
-  int B_ = 0, Hq_ = 0, Hkv_ = 0, L_ = 0, D_ = 0;  // L_: the longest context
-  int S_ = 1;                 // new tokens per sequence
   std::vector<int> lengths_;  // each sequence's context when ragged, else empty
   int chunk_ = 1;
   DeviceBuffer q_, out_, k_, v_, ws_, scales_, lengths_dev_;
@@ -1113,6 +320,5 @@ class DecodeAttentionOp final : public PreparedOp, public AttentionOpAccess {
 PHASEBENCH_CUDA_OPS(decode_attention) {
   using namespace phasebench;
   using namespace phasebench::cuda;
-  add_contiguous_and_paged<DecodeAttentionOp>(registry, kDecodeAttention, kDecodeAttentionPaged, request_unsupported,
-                                              split_workspace_bytes<split_plan>);
+  add_contiguous_and_paged<DecodeAttentionOp>(registry, kDecodeAttention, kDecodeAttentionPaged, plan_decode_attention);
 }

@@ -1,70 +1,28 @@
-// KV append on CUDA (kv_append.hpp): the copy kernel into a contiguous cache or
-// a paged pool, and the operation (kinds kv_append and kv_append_paged) that
-// checks every appended slot and its neighbours bit for bit.
+// KV append on CUDA (kv_append.hpp): the launcher of the copy kernel
+// (kv_append.cuh) into a contiguous cache or a paged pool, and the operation
+// (kinds kv_append and kv_append_paged), built from its request's plan
+// (kv_append_plan.hpp), that checks every appended slot and its neighbours bit for bit.
 #include "cuda/kv_append.hpp"
 
 #include <algorithm>
-#include <climits>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "common/numeric.hpp"
-#include "common/paged_kv.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
+#include "cuda/kv_append.cuh"
+#include "cuda/kv_append_plan.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/kv_append.hpp"
 
 namespace phasebench::cuda {
 
-namespace {
-
-constexpr int kThreads = 256;
-
-// One thread per 16-byte vector of the new tokens: vector `idx` of
-// [B, S, Hkv, D/8] is read from k_new/v_new at idx and written to its slot.
-template <bool Paged>
-__global__ void __launch_bounds__(kThreads)
-    kv_append_kernel(const uint4* __restrict__ k_new, const uint4* __restrict__ v_new, uint4* __restrict__ k_cache,
-                     uint4* __restrict__ v_cache, const std::int32_t* __restrict__ block_table, unsigned n_vec,
-                     unsigned S, unsigned Hkv, unsigned vec_per_row, unsigned capacity, unsigned pos,
-                     unsigned page_size, unsigned pages_per_seq) {
-  const unsigned idx = blockIdx.x * kThreads + threadIdx.x;
-  if (idx >= n_vec) return;
-  // Issue the loads first; the index arithmetic below overlaps their latency.
-  const uint4 kx = __ldcs(k_new + idx);
-  const uint4 vx = __ldcs(v_new + idx);
-  const unsigned dv = idx % vec_per_row;
-  unsigned rest = idx / vec_per_row;
-  const unsigned h = rest % Hkv;
-  rest /= Hkv;
-  const unsigned s = rest % S;
-  const unsigned b = rest / S;
-  const unsigned t = pos + s;
-  std::size_t dst;
-  if constexpr (Paged) {
-    const unsigned page = static_cast<unsigned>(__ldg(block_table + static_cast<std::size_t>(b) * pages_per_seq + t / page_size));
-    dst = ((static_cast<std::size_t>(page) * Hkv + h) * page_size + t % page_size) * vec_per_row + dv;
-  } else {
-    dst = ((static_cast<std::size_t>(b) * Hkv + h) * capacity + t) * vec_per_row + dv;
-  }
-  __stcs(k_cache + dst, kx);  // streaming stores: the cache lines are not read again by this kernel
-  __stcs(v_cache + dst, vx);
-}
-
-}  // namespace
-
-std::optional<std::string> kv_append_unsupported(DType dtype, long long D, bool paged, long long page_size) {
-  if (element_bytes(dtype) != 2)
-    return "KV append: dtype " + std::string(to_string(dtype)) + " is not supported on CUDA; use bf16 or fp16";
-  if (D <= 0 || D % 8 != 0)
-    return "KV append: head_dim " + std::to_string(D) + " is not supported; use a multiple of 8 (16-byte vectors)";
-  if (paged && (page_size < 16 || page_size % 16 != 0))
-    return "KV append: page size " + std::to_string(page_size) + " is not supported; use a multiple of 16";
-  return std::nullopt;
-}
+// ---- the launcher ---------------------------------------------------------------
 
 KvAppendParams kv_append_params(DType t, const void* k_new, const void* v_new, void* k_cache, void* v_cache, int B, int S,
                                 int Hkv, int D, int capacity, int pos, const std::int32_t* block_table, int page_size,
@@ -103,35 +61,16 @@ void launch_kv_append(const KvAppendParams& p, cudaStream_t stream) {
 
 namespace {
 
-std::optional<std::string> request_unsupported(const OpRequest& r, const Context&) {
-  const auto a = KvAppendShape::of(r.shape);
-  const bool paged = r.kind == kKvAppendPaged;
-  const auto& p = r.options.as<KvAppendOptions>();
-  const std::uint64_t P = paged ? p.page_size : 0, cap = p.capacity;
-  if (auto why = kv_append_unsupported(r.dtype, static_cast<long long>(a.D), paged, static_cast<long long>(P)))
-    return why;
-  if (a.B == 0 || a.S == 0 || a.Hkv == 0) return std::string("KV append: batch, tokens and kv heads must be >= 1");
-  if (cap < a.S)
-    return "KV append: capacity " + std::to_string(cap) + " is smaller than the " + std::to_string(a.S) +
-           " tokens appended";
-  if (cap > static_cast<std::uint64_t>(INT_MAX)) return std::string("KV append: capacity exceeds 2^31 - 1");
-  if (a.B * a.S * a.Hkv * (a.D / 8) >= (1ull << 31))
-    return std::string("KV append: more than 2^31 16-byte vectors per call (the kernel's limit)");
-  if (paged && a.B * pages_per_sequence(cap, P) > static_cast<std::uint64_t>(INT_MAX))
-    return std::string("KV append (paged): more than 2^31 pages");
-  return std::nullopt;
-}
-
-class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
+class KvAppendOp final : public AttentionOpBase {
  public:
-  KvAppendOp(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r), paged_(r.kind == kKvAppendPaged) {
-    const auto a = KvAppendShape::of(r.shape);
-    B_ = static_cast<int>(a.B);  // cannot_run checked that every dimension fits in int
-    S_ = static_cast<int>(a.S);
-    Hkv_ = static_cast<int>(a.Hkv);
-    D_ = static_cast<int>(a.D);
-    cap_ = static_cast<int>(r.options.as<KvAppendOptions>().capacity);
-    pos_ = cap_ - S_;
+  KvAppendOp(Context& ctx, const OpRequest& r, const KvAppendPlan& plan)
+      : AttentionOpBase(ctx, r), paged_(plan.paged), p_(plan.params) {
+    B_ = p_.B;
+    S_ = p_.S;
+    Hkv_ = p_.Hkv;
+    D_ = p_.D;
+    cap_ = p_.capacity;
+    pos_ = p_.pos;
     const std::size_t es = element_bytes(r.dtype);
     new_elems_ = static_cast<std::size_t>(B_) * S_ * Hkv_ * D_;
     if (paged_) {
@@ -154,8 +93,12 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
     }
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 
-    p_ = kv_append_params(r.dtype, k_new_.get(), v_new_.get(), k_cache_.get(), v_cache_.get(), B_, S_, Hkv_, D_, cap_, pos_,
-                          paged_ ? pool_.table() : nullptr, pool_.page_size, pool_.pages_per_seq);
+    // The plan's params, pointed at this op's buffers.
+    p_.k_new = k_new_.get();
+    p_.v_new = v_new_.get();
+    p_.k_cache = k_cache_.get();
+    p_.v_cache = v_cache_.get();
+    p_.block_table = paged_ ? pool_.table() : nullptr;
   }
 
   void run() override { launch_kv_append(p_, ctx_.stream); }
@@ -225,14 +168,9 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
     }
   }
 
-  std::vector<float> output_values() override { return output_as_float(); }
-  std::vector<float> output_as_float() override {
-    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    return download_as_float(k_cache_.get(), r_.dtype, cache_elems_, ctx_.stream);
-  }
-  void set_fault_injection(bool on) override { fault_ = on; }
-
  private:
+  // The test access reads the whole K cache (or K page pool).
+  const DeviceBuffer& output() const override { return k_cache_; }
   // Element offset of (batch b, head h, position t) in the cache or pool.
   std::size_t cache_offset(std::size_t b, std::size_t h, std::size_t t) const {
     const std::size_t D = static_cast<std::size_t>(D_);
@@ -249,10 +187,7 @@ class KvAppendOp final : public PreparedOp, public AttentionOpAccess {
     return os.str();
   }
 
-  Context& ctx_;
-  OpRequest r_;
   bool paged_;
-  bool fault_ = false;
   int B_ = 0, S_ = 0, Hkv_ = 0, D_ = 0, cap_ = 0, pos_ = 0;
   std::size_t new_elems_ = 0, cache_elems_ = 0;
   DeviceBuffer k_new_, v_new_, k_cache_, v_cache_;
@@ -268,5 +203,5 @@ PHASEBENCH_CUDA_OPS(kv_append) {
   using namespace phasebench;
   using namespace phasebench::cuda;
   // A bit-exact copy of 16-bit elements.
-  add_contiguous_and_paged<KvAppendOp>(registry, kKvAppend, kKvAppendPaged, request_unsupported);
+  add_contiguous_and_paged<KvAppendOp>(registry, kKvAppend, kKvAppendPaged, plan_kv_append);
 }

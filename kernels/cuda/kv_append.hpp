@@ -6,11 +6,11 @@
 //   paged pools       [num_pages, Hkv, P, D], block table int32 [B, pages_per_seq]
 // Token s of sequence b goes to cache position pos + s. A pure copy in 16-byte
 // vectors (8 elements), one thread per vector of K and the same vector of V.
+// Here the params and the launcher; the kernel is kv_append.cuh, the plan
+// kv_append_plan.hpp, the operation kv_append.cu.
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <optional>
-#include <string>
 
 #include "phasebench/dtype.hpp"
 
@@ -29,9 +29,6 @@ struct KvAppendParams {
   int page_size = 0;      // paged only
   int pages_per_seq = 0;  // paged only
 };
-
-// What is wrong and what is supported, or nothing when supported.
-std::optional<std::string> kv_append_unsupported(DType dtype, long long D, bool paged, long long page_size);
 
 // The params of appending [B, S, Hkv, D] new tokens at positions pos.. of a
 // contiguous cache of `capacity` tokens per (sequence, head) row, or of a paged

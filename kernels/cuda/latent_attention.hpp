@@ -4,35 +4,25 @@
 // M side, the latent cache streamed once per head tile, online softmax,
 // split-KV with a reduction, contiguous or paged. Supported: kv_lora_rank 512
 // with qk_rope_head_dim 64 (DeepSeek-V2/V3), bf16 or fp16, any head count (the
-// last tile of 16 heads is masked), any page size.
-#include <cstdint>
-#include <optional>
-#include <string>
+// last tile of 16 heads is masked), any page size. The kernels are
+// latent_attention.cuh, the plan latent_attention_plan.hpp, the operation
+// latent_attention.cu; this is what the plan asks of the kernels.
+#include <cstddef>
 
 #include "phasebench/dtype.hpp"
 
 namespace phasebench::cuda {
 
-// What is wrong and what is supported, or nothing.
-std::optional<std::string> latent_attention_unsupported(DType dtype, long long H, long long R, long long P);
+// The kernels' geometry: the latent rank and rope width they take, the query
+// heads a CTA computes (the MMA's M) and the latent rows of a tile (a split's
+// chunk is whole tiles).
+inline constexpr int kLatentRank = 512;
+inline constexpr int kLatentRopeDim = 64;
+inline constexpr int kLatentHeadsPerCta = 16;
+inline constexpr int kLatentTileTokens = 32;
 
-// Most splits of one decode.
-constexpr int kMaxLatentSplits = 1024;
-
-// Split-KV plan: `requested` splits (0: none when B x head tiles CTAs fill at
-// least 3/4 of a wave of the GPU (sm_count x ctas_per_sm), else the fewest
-// splits whose CTAs fill their waves best, each chunk at least
-// latent_min_chunk(H) tokens), chunks a multiple of 32 tokens (the kernel's tile).
-struct LatentSplitPlan {
-  int splits = 1;
-  int chunk = 1;  // tokens per split
-  std::size_t workspace_floats = 0;
-};
-// Fewest tokens a split takes when the backend chooses: max(256, 16 * H), so the
-// split's partial results (H x (512 + 2) fp32, written and read back) stay
-// under a quarter of the latent bytes it reads.
-int latent_min_chunk(int H);
-LatentSplitPlan plan_latent_splits(int B, int H, int L, std::uint64_t requested, int sm_count, int ctas_per_sm);
+// The attention kernel's dynamic shared memory per block (bytes).
+std::size_t latent_attention_smem_bytes();
 // Resident CTAs per SM of the kernel (occupancy API).
 int latent_attention_ctas_per_sm(DType dtype, bool paged);
 

@@ -1,11 +1,13 @@
-// The whole-layer PreparedOp (see layer.hpp). The constructor allocates and
-// fills everything (weights scaled by 1/sqrt(fan-in) so activations stay of
-// order one through the layer), builds the four cuBLASLt matmuls and the
-// kernels' parameters, and synchronises; run() only enqueues; verify() runs
-// once and checks a few tokens' outputs against a CPU reference of the whole
-// layer (reference/layer.hpp's steps, reference/decode_attention.hpp's attention).
+// The whole-layer PreparedOp (see layer.hpp), built from its request's plan
+// (layer_plan.hpp). The constructor allocates and fills everything (weights
+// scaled by 1/sqrt(fan-in) so activations stay of order one through the layer),
+// builds the four cuBLASLt matmuls and the kernels' parameters, and
+// synchronises; run() only enqueues; verify() runs once and checks a few tokens'
+// outputs against a CPU reference of the whole layer (reference/layer.hpp's
+// steps, reference/decode_attention.hpp's attention).
+#include "cuda/layer.hpp"
+
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -15,7 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include "common/numeric.hpp"
 #include "reference/common.hpp"
 #include "reference/decode_attention.hpp"
 #include "reference/layer.hpp"
@@ -24,7 +25,8 @@
 #include "cuda/decode_attention.hpp"
 #include "cuda/elementwise.hpp"
 #include "cuda/kv_append.hpp"
-#include "cuda/layer.hpp"
+#include "cuda/layer.cuh"
+#include "cuda/layer_plan.hpp"
 #include "cuda/linear_cublaslt.hpp"
 #include "cuda/prefill_attention.hpp"
 #include "phasebench/error.hpp"
@@ -42,34 +44,6 @@ constexpr float kRopeTheta = 500000.0f;  // Llama 3's rope_theta (the value does
 enum class Buf : std::uint64_t { x = 11, attn_norm = 12, qkv = 13, o = 14, mlp_norm = 15, gate_up = 16, down = 17, k = 18, v = 19 };
 std::uint64_t seed_of(std::uint64_t seed, Buf b) { return buffer_seed(seed, static_cast<std::uint64_t>(b)); }
 
-int to_int(std::uint64_t v, const std::string& what) { return to_int32(v, "layer: " + what); }
-
-// The decode step's split-KV plan (contiguous cache, the benchmark's own choice).
-DecodeSplitPlan decode_plan(const Context& ctx, const OpRequest& r) {
-  const ModelConfig m = layer_model(r);
-  const StepShape st = layer_step(r);
-  return plan_decode_splits(r.dtype, to_int(st.batch, "batch"), to_int(m.heads, "heads"), to_int(m.kv_heads, "kv heads"),
-                            to_int(st.context, "context"), to_int(m.head_dim, "head_dim"), 0, 0, ctx.sm_count);
-}
-
-// q, k, v out of the fused projection: qkv [M, Nq + 2*Nkv] -> q [M, Nq], k [M, Nkv],
-// v [M, Nkv]. A copy in 16-byte vectors (Nq and Nkv are multiples of 8 elements).
-__global__ void qkv_split_kernel(const uint4* __restrict__ qkv, uint4* __restrict__ q, uint4* __restrict__ k,
-                                 uint4* __restrict__ v, unsigned n, int vq, int vkv) {
-  const unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= n) return;
-  const int row_vecs = vq + 2 * vkv;
-  const std::size_t m = idx / row_vecs;
-  const int c = static_cast<int>(idx % row_vecs);
-  const uint4 val = __ldcs(qkv + idx);
-  if (c < vq)
-    q[m * vq + c] = val;
-  else if (c < vq + vkv)
-    k[m * vkv + (c - vq)] = val;
-  else
-    v[m * vkv + (c - vq - vkv)] = val;
-}
-
 void launch_qkv_split(const void* qkv, void* q, void* k, void* v, int M, int Nq, int Nkv, cudaStream_t stream) {
   const unsigned long long n = static_cast<unsigned long long>(M) * (Nq + 2 * Nkv) / 8;
   if (n >= (1ull << 32)) throw Unsupported("qkv_split: too many elements for one launch");
@@ -81,45 +55,20 @@ void launch_qkv_split(const void* qkv, void* q, void* k, void* v, int M, int Nq,
   PB_CUDA_CHECK_LAUNCH("qkv_split_kernel");
 }
 
-
 // ---- the op ---------------------------------------------------------------------
 
 class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
  public:
-  WholeLayerOp(Context& ctx, const OpRequest& r) : ctx_(ctx), r_(r) {
-    const StepShape st = layer_step(r);
-    const ModelConfig m = layer_model(r);
-    prefill_ = st.phase == Phase::prefill;
-    B_ = to_int(st.batch, "batch");
-    S_ = to_int(st.new_tokens, "new tokens");
-    M_ = to_int(st.batch * st.new_tokens, "tokens");
-    L_ = prefill_ ? S_ : to_int(st.context, "context");
-    h_ = to_int(m.hidden, "hidden");
-    I_ = to_int(m.intermediate, "intermediate");
-    Hq_ = to_int(m.heads, "heads");
-    Hkv_ = to_int(m.kv_heads, "kv heads");
-    D_ = to_int(m.head_dim, "head_dim");
-    Nq_ = Hq_ * D_;
-    Nkv_ = Hkv_ * D_;
-    cap_ = L_;                         // prefill: the prompt; decode: the context incl. the new token
-    pos_ = prefill_ ? 0 : L_ - 1;      // where the step's first token goes
+  WholeLayerOp(Context& ctx, const OpRequest& r, const LayerPlan& plan)
+      : ctx_(ctx), r_(r), prefill_(plan.prefill), B_(plan.B), S_(plan.S), M_(plan.M), L_(plan.L), h_(plan.h),
+        I_(plan.I), Hq_(plan.Hq), Hkv_(plan.Hkv), D_(plan.D), Nq_(plan.Nq), Nkv_(plan.Nkv), cap_(plan.cap),
+        pos_(plan.pos), chunk_(plan.split.chunk), splits_(plan.split.splits) {
     prefix_ = r.name.empty() ? std::string("layer") : r.name;
-
-    // Decode attention's split-KV, planned as the decode attention benchmark plans it.
-    std::size_t ws_floats = 0;
-    if (!prefill_) {
-      const DecodeSplitPlan plan = decode_plan(ctx, r);
-      chunk_ = plan.chunk;
-      splits_ = plan.splits;
-      ws_floats = plan.workspace_floats;
-    }
-
-    allocate_and_fill(ws_floats);
+    allocate_and_fill(plan.split.workspace_floats);
     make_matmuls();
-    set_kernel_params(ws_floats);
+    set_kernel_params(plan.split.workspace_floats);
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   }
-
 
   void run() override {
     const DType t = r_.dtype;
@@ -414,41 +363,6 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
   PrefillAttentionParams pp_;
 };
 
-std::optional<std::string> layer_op_unsupported(const OpRequest& r, const Context& ctx) {
-  if (r.dtype != DType::bf16 && r.dtype != DType::fp16)
-    return "layer: the CUDA backend runs whole layers in bf16 or fp16, not " + std::string(to_string(r.dtype));
-  const ModelConfig d = layer_model(r);
-  if (d.norms_per_layer != 2)
-    return "layer: " + std::to_string(d.norms_per_layer) +
-           " norms per layer (sandwich norms, gemma2) are not implemented; the layer runs two";
-  const StepShape st = layer_step(r);
-  for (auto [v, name] : {std::pair{d.hidden, "hidden"}, {d.intermediate, "intermediate"}, {d.heads, "heads"},
-                         {d.kv_heads, "kv heads"}, {d.head_dim, "head_dim"}, {st.batch, "batch"},
-                         {st.new_tokens, "tokens"}})
-    if (v == 0) return std::string("layer: ") + name + " must be >= 1";
-  if (st.phase == Phase::decode && st.context == 0) return std::string("layer: a decode step needs context >= 1");
-  if (d.hidden % 8 || d.intermediate % 8)
-    return "layer: hidden (" + std::to_string(d.hidden) + ") and intermediate (" + std::to_string(d.intermediate) +
-           ") sizes must be multiples of 8";
-  const auto t = r.dtype;
-  const auto Hq = static_cast<long long>(d.heads), Hkv = static_cast<long long>(d.kv_heads),
-             D = static_cast<long long>(d.head_dim);
-  if (st.batch > 65535) return "layer: batch " + std::to_string(st.batch) + " exceeds 65535 (a grid dimension)";
-  if (auto why = st.phase == Phase::prefill ? prefill_attention_unsupported(t, Hq, Hkv, D, false)
-                                            : decode_attention_unsupported(t, Hq, Hkv, D, false, 0))
-    return "layer: " + *why;
-  if (auto why = kv_append_unsupported(t, D, false, 0)) return "layer: " + *why;
-  const auto M = st.batch * st.new_tokens;
-  const auto Nq = d.heads * d.head_dim, Nqkv = (d.heads + 2 * d.kv_heads) * d.head_dim;
-  for (auto [v, name] : {std::pair{M, "batch x tokens"}, {Nqkv, "(heads + 2 kv heads) x head_dim"},
-                         {2 * d.intermediate, "2 x intermediate"}})
-    if (v > static_cast<std::uint64_t>(INT_MAX)) return std::string("layer: ") + name + " exceeds 32-bit indexing";
-  for (const LinearShape& s : {LinearShape{M, Nqkv, d.hidden}, LinearShape{M, d.hidden, Nq},
-                               LinearShape{M, 2 * d.intermediate, d.hidden}, LinearShape{M, d.hidden, d.intermediate}})
-    if (auto w = cublaslt_linear_unsupported(t, s, ctx.cc_major, ctx.cc_minor)) return "layer: " + *w;
-  return std::nullopt;
-}
-
 }  // namespace
 
 }  // namespace phasebench::cuda
@@ -457,13 +371,6 @@ PHASEBENCH_CUDA_OPS(layer) {
   using namespace phasebench;
   using namespace phasebench::cuda;
   registry.add({kLayer, Impl::own, takes_16bit, {},
-                layer_op_unsupported,
-                // Decode attention's split-KV workspace, beyond the declared footprint.
-                [](const OpRequest& r, const Context& ctx) -> std::uint64_t {
-                  if (r.phase == Phase::prefill) return 0;
-                  return decode_plan(ctx, r).workspace_floats * sizeof(float);
-                },
-                [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
-                  return std::make_unique<WholeLayerOp>(ctx, r);
-                }});
+                [](const OpRequest& r, const Context& ctx) -> std::shared_ptr<const OpPlan> { return plan_layer(r, ctx); },
+                prepare_op<WholeLayerOp, LayerPlan>()});
 }

@@ -17,8 +17,9 @@
 
 namespace phasebench::cuda {
 
-// The operation is registered in layer.cu (bf16 and fp16); make it with
-// make_op (cuda_op.hpp). Test access to that op (dynamic_cast the PreparedOp):
+// The operation is registered in layer.cu (bf16 and fp16), planned by
+// layer_plan.hpp, its own kernel in layer.cuh; make it with make_op
+// (cuda_op.hpp). Test access to that op (dynamic_cast the PreparedOp):
 class LayerOpAccess {
  public:
   virtual ~LayerOpAccess() = default;

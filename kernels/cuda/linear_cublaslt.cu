@@ -162,11 +162,8 @@ PHASEBENCH_CUDA_OPS(linear_cublaslt) {
                   return t == DType::fp32 || t == DType::tf32 || t == DType::bf16 || t == DType::fp16;
                 },
                 {},
-                [](const OpRequest& r, const Context& ctx) {
+                limits_plan([](const OpRequest& r, const Context& ctx) {
                   return cublaslt_linear_unsupported(r.dtype, LinearShape::of(r.shape), ctx.cc_major, ctx.cc_minor);
-                },
-                {},
-                [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
-                  return std::make_unique<CublasLtLinearOp>(ctx, r);
-                }});
+                }),
+                prepare_op<CublasLtLinearOp>()});
 }

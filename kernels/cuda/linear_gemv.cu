@@ -318,15 +318,13 @@ std::string DecodeGemv::describe() const {
 PHASEBENCH_CUDA_OPS(linear_gemv) {
   using namespace phasebench;
   using namespace phasebench::cuda;
-  registry.add({kLinear, Impl::own, takes_16bit,
-                [](const OpRequest& r) { return r.shape["M"] <= kGemvMaxBatch; },
-                [](const OpRequest& r, const Context&) { return decode_gemv_unsupported(r.dtype, LinearShape::of(r.shape)); },
-                // The split-K reduction's fp32 accumulators and arrival counters.
-                [](const OpRequest& r, const Context&) -> std::uint64_t {
-                  const auto s = LinearShape::of(r.shape);
-                  return s.M * s.N * sizeof(float) + decode_gemv_row_blocks(s.N) * sizeof(unsigned);
-                },
-                [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
-                  return std::make_unique<DecodeGemvOp>(ctx, r);
-                }});
+  registry.add({kLinear, Impl::own, takes_16bit, [](const OpRequest& r) { return r.shape["M"] <= kGemvMaxBatch; },
+                limits_plan([](const OpRequest& r,
+                               const Context&) { return decode_gemv_unsupported(r.dtype, LinearShape::of(r.shape)); },
+                            // The split-K reduction's fp32 accumulators and arrival counters.
+                            [](const OpRequest& r, const Context&) -> std::uint64_t {
+                              const auto s = LinearShape::of(r.shape);
+                              return s.M * s.N * sizeof(float) + decode_gemv_row_blocks(s.N) * sizeof(unsigned);
+                            }),
+                prepare_op<DecodeGemvOp>()});
 }

@@ -185,8 +185,6 @@ PHASEBENCH_CUDA_OPS(linear_int4) {
   using namespace phasebench;
   using namespace phasebench::cuda;
   registry.add({kLinearInt4, Impl::own, [](DType t, const Context&) { return t == DType::bf16; }, {},
-                [](const OpRequest& r, const Context&) { return gemv_int4_unsupported(r); }, {},
-                [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
-                  return std::make_unique<GemvInt4Op>(ctx, r);
-                }});
+                limits_plan([](const OpRequest& r, const Context&) { return gemv_int4_unsupported(r); }),
+                prepare_op<GemvInt4Op>()});
 }

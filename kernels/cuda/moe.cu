@@ -281,8 +281,6 @@ PHASEBENCH_CUDA_OPS(moe) {
   using namespace phasebench::cuda;
   registry.add({kMoe, Impl::blas,
                 [](DType t, const Context&) { return t == DType::bf16 || t == DType::fp16 || t == DType::fp32; }, {},
-                [](const OpRequest& r, const Context&) { return moe_unsupported(r); }, {},
-                [](Context& ctx, const OpRequest& r) -> std::unique_ptr<PreparedOp> {
-                  return std::make_unique<CublasMoeOp>(ctx, r);
-                }});
+                limits_plan([](const OpRequest& r, const Context&) { return moe_unsupported(r); }),
+                prepare_op<CublasMoeOp>()});
 }

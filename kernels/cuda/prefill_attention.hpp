@@ -9,14 +9,12 @@
 //   - blas (Impl::blas): the reference row, S = Q K^T through cuBLAS strided-batched
 //     GEMMs into a materialised fp32 [B, Hq, S, S] buffer, a causal softmax kernel
 //     that writes P (16-bit) over that buffer, then O = P V through cuBLAS again.
+// Here the params and the launchers; the kernels are prefill_attention.cuh, the
+// plan prefill_attention_plan.hpp, the operation prefill_attention.cu.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <cstdint>
-#include <vector>
-#include <optional>
-#include <string>
 
 #include "phasebench/dtype.hpp"
 
@@ -36,9 +34,6 @@ struct PrefillAttentionParams {
 PrefillAttentionParams prefill_attention_params(DType t, const void* q, const void* k, const void* v, void* out, int B,
                                                 int S, int Hq, int Hkv, int D);
 
-// What is wrong and what is supported, or nothing when the flash kernel / blas path takes the shape.
-std::optional<std::string> prefill_attention_unsupported(DType dtype, long long Hq, long long Hkv, long long D, bool blas);
-
 // Flash kernel (mma.sync, FlashAttention-2 style; head_dim 64, 128 or 256): one CTA
 // per (128-query tile, query head, batch): 4 warps of 32 query rows at head_dim 128,
 // 8 warps of 16 at 64 and 256.
@@ -46,20 +41,11 @@ void launch_prefill_flash(const PrefillAttentionParams& p, cudaStream_t stream);
 // Dynamic shared memory of the flash kernel for head_dim D (bytes).
 std::size_t prefill_flash_smem_bytes(int D);
 
-// Bytes of the fp32 score buffer of the blas path: B * Hq * S * S * 4.
-std::uint64_t prefill_blas_scores_bytes(std::uint64_t B, std::uint64_t Hq, std::uint64_t S);
-// Largest S the blas path's softmax kernel accepts (one score row in shared memory).
-int prefill_blas_max_seq(int device);
-// The blas path's per-(batch, query head) matrix pointers, in the order its two
-// pointer-array GEMMs read them: QK^T's A (K), B (Q), C (scores), then P V's A
-// (V), B (P), C (out), B*Hq each. Upload them once (they depend only on the
-// buffers) and pass the device copy to launch_prefill_blas.
-std::vector<const void*> prefill_blas_pointers(const PrefillAttentionParams& p, const float* scores);
 // cuBLAS reference path: two pointer-array batched GEMMs over B*Hq (scores, then
 // P V) around the causal softmax, so the host enqueues three calls whatever the
 // head count. `scores` holds prefill_blas_scores_bytes bytes, `pointers` the
-// device copy of prefill_blas_pointers(p, scores). `cublas` must already be
-// bound to `stream`.
+// device copy of prefill_blas_pointers(p, scores) (prefill_attention_plan.hpp).
+// `cublas` must already be bound to `stream`.
 void launch_prefill_blas(const PrefillAttentionParams& p, float* scores, const void* const* pointers,
                          cublasHandle_t cublas, cudaStream_t stream);
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cuda/attention_util.cuh"
+#include "attention_util.cuh"
 
 namespace phasebench::cuda {
 

@@ -24,14 +24,16 @@ std::optional<std::vector<float>> output_of(PreparedOp& op) {
 
 }  // namespace
 
-RotatingGraph::RotatingGraph(Context& ctx, const OpRequest& r, PreparedOp& first, std::uint64_t copies) {
+RotatingGraph::RotatingGraph(Context& ctx, const OpRequest& r, PreparedOp& first, std::uint64_t copies,
+                             CheckedRequest checked) {
   if (copies < 2) throw std::logic_error("RotatingGraph: needs at least two copies");
   // What the verified op computes. It stays outside the graph, so that no copy's
   // output can pass the check by having been computed before the replay.
   first.run();
   PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   const auto verified = output_of(first);
-  for (std::uint64_t i = 0; i < copies; ++i) copies_.push_back(make_op(ctx, r));
+  if (!checked.plan) checked = check_request(ctx, r);
+  for (std::uint64_t i = 0; i < copies; ++i) copies_.push_back(make_op(ctx, r, checked));
   PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 
   const std::string problem = capture_graph(ctx.stream, [&] {

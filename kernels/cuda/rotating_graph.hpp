@@ -8,6 +8,7 @@
 
 #include "backend.hpp"
 #include "cuda/cuda_common.hpp"
+#include "cuda/cuda_op.hpp"
 
 namespace phasebench::cuda {
 
@@ -18,8 +19,10 @@ class RotatingGraph {
   // one replay every copy's output is compared with what `first` computed
   // (VerificationError naming the copy), so a graph that skipped or repeated a
   // copy is an error, not a time. Ops that cannot hand out their output
-  // (PreparedOp::output_values) are not compared; checked() says so.
-  RotatingGraph(Context& ctx, const OpRequest& r, PreparedOp& first, std::uint64_t copies);
+  // (PreparedOp::output_values) are not compared; checked() says so. The copies
+  // are built from `checked`, the plan `first` was built from (planning nothing
+  // again); without one (checked.plan null) `r` is checked here, once for all.
+  RotatingGraph(Context& ctx, const OpRequest& r, PreparedOp& first, std::uint64_t copies, CheckedRequest checked = {});
   ~RotatingGraph();
   RotatingGraph(const RotatingGraph&) = delete;
   RotatingGraph& operator=(const RotatingGraph&) = delete;

@@ -18,7 +18,9 @@
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
 #include "cuda/decode_attention.hpp"
+#include "cuda/decode_attention_plan.hpp"
 #include "cuda/prefill_attention.hpp"
+#include "cuda/prefill_attention_plan.hpp"
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/decode_attention.hpp"
@@ -70,7 +72,7 @@ TEST(DecodeSplits, HeuristicSitsJustUnderWholeWaves) {
   // 256 would take two).
   const int s1 = cuda::choose_decode_splits(1, 8, 1, 32768, 16, 132, 4);
   EXPECT_EQ(s1, 64);
-  EXPECT_EQ(cuda::decode_split_chunk(32768, s1, 16), 512);
+  EXPECT_EQ(cuda::split_kv_chunk(32768, s1, 16), 512);
   // Short contexts split too when the CTAs are few: B=1, L=512 -> 8 chunks of 64.
   EXPECT_EQ(cuda::choose_decode_splits(1, 8, 1, 512, 64, 132, 4), 8);
   EXPECT_EQ(cuda::choose_decode_splits(8, 8, 1, 512, 64, 132, 4), 8);
@@ -83,7 +85,7 @@ TEST(DecodeSplits, HeuristicSitsJustUnderWholeWaves) {
     for (int L : {130, 1000, 4097, 32768, 12345})
       for (int align : {16, 48, 64}) {
         const int splits = cuda::choose_decode_splits(B, 4, 1, L, align, 132, 3);
-        const int chunk = cuda::decode_split_chunk(L, splits, align);
+        const int chunk = cuda::split_kv_chunk(L, splits, align);
         EXPECT_EQ(chunk % align, 0);
         EXPECT_GE(static_cast<long long>(chunk) * splits, L);
         EXPECT_LT(static_cast<long long>(chunk) * (splits - 1), L);

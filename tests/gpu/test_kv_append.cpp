@@ -11,6 +11,7 @@
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
 #include "cuda/kv_append.hpp"
+#include "cuda/kv_append_plan.hpp"
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/kv_append.hpp"

@@ -1,0 +1,25 @@
+#pragma once
+// The whole layer's host plan: what the layer runs (the limits of every op it
+// chains) and a request's plan, built once before anything is allocated: the
+// step's dimensions and decode attention's split-KV plan. Host code; the
+// layer's own kernel is layer.cuh, the operation layer.cu.
+#include <memory>
+
+#include "cuda/cuda_op.hpp"
+#include "cuda/split_kv.hpp"
+
+namespace phasebench::cuda {
+
+// A whole-layer request's plan (kind layer): its limits, and when it can run,
+// the step's dimensions and decode attention's split plan.
+struct LayerPlan : OpPlan {
+  bool prefill = false;
+  int B = 0, S = 0, M = 0;  // sequences, new tokens per sequence, B*S tokens
+  int L = 0;                // keys per query: the prompt (prefill) or the context incl. the new token (decode)
+  int h = 0, I = 0, Hq = 0, Hkv = 0, D = 0, Nq = 0, Nkv = 0;  // hidden, intermediate, heads, head_dim, Hq*D, Hkv*D
+  int cap = 0, pos = 0;     // the cache's tokens per (sequence, head); where the step's first token goes
+  SplitKvPlan split;        // decode attention's, planned as the decode attention benchmark plans it
+};
+std::shared_ptr<const LayerPlan> plan_layer(const OpRequest& r, const Context& ctx);
+
+}  // namespace phasebench::cuda
