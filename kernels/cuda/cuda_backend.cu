@@ -506,7 +506,7 @@ class CudaBackend final : public Backend {
  private:
   static bool same_request(const OpRequest& a, const OpRequest& b) {
     return a.kind == b.kind && a.phase == b.phase && a.dtype == b.dtype && a.impl == b.impl && a.shape == b.shape &&
-           a.params == b.params && a.seed == b.seed && a.name == b.name;
+           a.options.same(b.options) && a.seed == b.seed && a.name == b.name;
   }
 
   TimedOp& as_timed(PreparedOp& op) {

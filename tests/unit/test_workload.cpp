@@ -189,6 +189,14 @@ TEST(OpOptions, EachOperationsOwnTypedOptions) {
   EXPECT_TRUE(plain.options.empty());
   plain.options.edit<KvAppendOptions>().capacity = 7;
   EXPECT_EQ(plain.options.as<KvAppendOptions>().capacity, 7u);
-  const OpRequest copy = plain;  // requests copy with their options
+  OpRequest copy = plain;  // requests copy with their options
   EXPECT_EQ(copy.options.as<KvAppendOptions>().capacity, 7u);
+  // A copy holds the same options until one of them is edited (copy on write):
+  // the CUDA backend keeps a point's plan from cannot_run for the prepare of the same request.
+  EXPECT_TRUE(copy.options.same(plain.options));
+  copy.options.edit<KvAppendOptions>().capacity = 9;
+  EXPECT_FALSE(copy.options.same(plain.options));
+  EXPECT_EQ(plain.options.as<KvAppendOptions>().capacity, 7u) << "editing a copy leaves the original";
+  EXPECT_EQ(copy.options.as<KvAppendOptions>().capacity, 9u);
+  EXPECT_TRUE(OpRequest{}.options.same(OpRequest{}.options));
 }

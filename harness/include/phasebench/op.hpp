@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -46,29 +47,38 @@ class OpOptions {
  public:
   OpOptions() = default;
   template <class T>
-  explicit OpOptions(T v) : held_(std::move(v)) {}
+  explicit OpOptions(T v) : held_(std::make_shared<std::any>(std::move(v))) {}
   // The options as T (T's defaults when none are set); std::logic_error when the
   // request holds another operation's (a declaration bug).
   template <class T>
   const T& as() const {
-    if (!held_.has_value()) {
+    if (!held_) {
       static const T defaults{};
       return defaults;
     }
-    if (const T* p = std::any_cast<T>(&held_)) return *p;
+    if (const T* p = std::any_cast<T>(held_.get())) return *p;
     throw std::logic_error(std::string("a request's options are not ") + typeid(T).name());
   }
-  // For builders: the options as T to fill in (set to T's defaults when none are set).
+  // For builders: the options as T to fill in (set to T's defaults when none are
+  // set). Copies of a request share their options until one of them is edited.
   template <class T>
   T& edit() {
-    if (!held_.has_value()) held_ = T{};
-    if (T* p = std::any_cast<T>(&held_)) return *p;
+    if (!held_)
+      held_ = std::make_shared<std::any>(T{});
+    else if (held_.use_count() > 1)
+      held_ = std::make_shared<std::any>(*held_);
+    if (T* p = std::any_cast<T>(held_.get())) return *p;
     throw std::logic_error(std::string("a request's options are not ") + typeid(T).name());
   }
-  bool empty() const { return !held_.has_value(); }
+  bool empty() const { return !held_; }
+  // The same options: none on both, or the options of one request that both are
+  // unedited copies of. Two requests built apart with equal values are not the
+  // same here (their types need no comparison): what asks (the CUDA backend's
+  // plan, kept from cannot_run for the prepare of the same request) plans again.
+  bool same(const OpOptions& o) const { return held_ == o.held_; }
 
  private:
-  std::any held_;
+  std::shared_ptr<std::any> held_;
 };
 
 // What to prepare: the operation, its shape and element type. Declared as data,
