@@ -23,6 +23,7 @@
 #include "phasebench/model.hpp"
 #include "phasebench/op.hpp"
 #include "phasebench/ops/decode_attention.hpp"
+#include "phasebench/ops/fused_add_rmsnorm.hpp"
 #include "phasebench/ops/prefill_attention.hpp"
 #include "phasebench/ops/kv_append.hpp"
 #include "phasebench/ops/latent_attention.hpp"
@@ -303,6 +304,31 @@ TEST_F(KernelCounters, LayerElementwiseKernelsAndTheQkvSplitAreStreaming) {
       }
     }
   }
+}
+
+TEST_F(KernelCounters, FusedAddRmsnormStreamsItsRowsOnceAndKeepsTheSumInRegisters) {
+  // x and residual read once, residual_out and y written once, in whole sectors; the
+  // second pass reads the sum from registers, not memory; the weight, read by every
+  // row's CTA (from L2 on a GPU), is its formula's h elements of distinct bytes.
+  // Rows of 544 vectors: two of the CTA's 256 and a tail of 32; 8704 bytes, whole sectors.
+  const std::uint64_t M = 48, h = 4352;
+  const auto c = count(fused_add_rmsnorm_request(M, h, DType::bf16));
+  expect_formula_bytes(c, 0.001);
+  const auto ks = c.kernels("fused_add_rmsnorm_kernel<");
+  ASSERT_EQ(ks.size(), 1u);
+  const auto& st = ks[0].at("global").at("st");
+  EXPECT_EQ(st.at("bytes").get<std::uint64_t>(), 2 * M * h * 2) << "each output element written once";
+  EXPECT_GE(ratio(st.at("ideal"), st.at("sectors")), 0.99);
+  int streamed = 0;
+  for (const auto& b : c.buffers(M * h * 2))
+    if (b.value("unique_bytes_read", std::uint64_t{0}) > 0) {
+      expect_streamed_once(b);
+      ++streamed;
+    }
+  EXPECT_EQ(streamed, 2) << "x and residual; the outputs are never read back";
+  const auto w = c.buffers(h * 2);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].at("ld").at("bytes").get<std::uint64_t>(), M * h * 2) << "the weight once per row";
 }
 
 TEST_F(KernelCounters, StreamReadReadsEveryByteOnceInWholeSectors) {
