@@ -1,7 +1,8 @@
 #pragma once
 // Device helpers shared by the attention, KV-cache and elementwise kernels:
-// 16-bit element types as tags, 8-wide unpacking of a 16-byte vector, and
-// float -> storage encoding (round to nearest even, as numeric.hpp does).
+// 16-bit element types as tags, 8-wide unpacking of a 16-byte vector,
+// float -> storage encoding (round to nearest even, as numeric.hpp does), and
+// the sum of a value over a CTA (the norms' sum of squares).
 // CUDA-only (include from .cu files).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -67,6 +68,22 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
   for (int i = 0; i < 4; ++i)
     w[i] = static_cast<unsigned>(encode<Tag>(f[2 * i])) | (static_cast<unsigned>(encode<Tag>(f[2 * i + 1])) << 16);
   return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The sum of every thread's `v` over a CTA of `Threads` threads (a multiple of 32),
+// returned to every thread: a warp shuffle, then each warp's sum through
+// `warp_sums` (Threads / 32 floats of shared memory). Every thread must call it.
+template <int Threads>
+__device__ __forceinline__ float block_sum(float v, float* warp_sums) {
+  static_assert(Threads % 32 == 0, "whole warps");
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < Threads / 32; ++w) total += warp_sums[w];
+  return total;
 }
 
 }  // namespace phasebench::cuda

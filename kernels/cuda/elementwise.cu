@@ -44,14 +44,7 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
     for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  float total = 0.f;
-#pragma unroll
-  for (int i = 0; i < kNormThreads / 32; ++i) total += red[i];
-  const float inv_rms = rsqrtf(total * inv_h + eps);
+  const float inv_rms = rsqrtf(block_sum<kNormThreads>(ss, red) * inv_h + eps);
   uint4* orow = out + row * vec_per_row;
   for (int i = threadIdx.x; i < vec_per_row; i += kNormThreads) {
     float f[8], g[8];

@@ -67,14 +67,7 @@ __global__ void __launch_bounds__(kThreads) fused_add_rmsnorm_kernel(FusedAddRms
       p.residual_out[base + i] = sums[c];
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  float total = 0.f;
-#pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
-  const float inv_rms = rsqrtf(total * p.inv_h + p.eps);
+  const float inv_rms = rsqrtf(block_sum<kThreads>(ss, warp_sums) * p.inv_h + p.eps);
 #pragma unroll
   for (int c = 0; c < kVecsPerThread; ++c) {
     const int i = static_cast<int>(threadIdx.x) + c * kThreads;
