@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/numeric.hpp"
 #include "cpu/cpu_op.hpp"
+#include "cpu/storage.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/fused_add_rmsnorm.hpp"
@@ -21,27 +21,9 @@ namespace phasebench::cpu {
 
 namespace {
 
-// Storage types: fp32 as is, bf16 and fp16 through the shared conversions.
-struct F32 {
-  using T = float;
-  static float load(T v) { return v; }
-  static T store(float f) { return f; }
-};
-struct Bf16 {
-  using T = std::uint16_t;
-  static float load(T v) { return numeric::bf16_to_float(v); }
-  static T store(float f) { return numeric::float_to_bf16(f); }
-};
-struct Fp16 {
-  using T = std::uint16_t;
-  static float load(T v) { return numeric::fp16_to_float(v); }
-  static T store(float f) { return numeric::float_to_fp16(f); }
-};
-
-template <class S>
+template <class T>
 void fused_add_rmsnorm_rows(const void* x, const void* residual, const void* weight, void* residual_out, void* y,
                             std::uint64_t M, std::uint64_t h, float eps) {
-  using T = typename S::T;
   const auto* X = static_cast<const T*>(x);
   const auto* R = static_cast<const T*>(residual);
   const auto* W = static_cast<const T*>(weight);
@@ -54,12 +36,12 @@ void fused_add_rmsnorm_rows(const void* x, const void* residual, const void* wei
     const std::uint64_t o = static_cast<std::uint64_t>(m) * h;
     float ss = 0.f;
     for (std::uint64_t j = 0; j < h; ++j) {
-      const float s = S::load(X[o + j]) + S::load(R[o + j]);
-      RO[o + j] = S::store(s);
+      const float s = decode(X[o + j]) + decode(R[o + j]);
+      encode(s, RO + o + j);
       ss += s * s;
     }
     const float inv_rms = 1.0f / std::sqrt(ss * inv_h + eps);
-    for (std::uint64_t j = 0; j < h; ++j) Y[o + j] = S::store(S::load(RO[o + j]) * inv_rms * S::load(W[j]));
+    for (std::uint64_t j = 0; j < h; ++j) encode(decode(RO[o + j]) * inv_rms * decode(W[j]), Y + o + j);
   }
 }
 
@@ -83,15 +65,15 @@ class CpuFusedAddRmsnorm final : public CpuOp {
 
   void run() override {
     const float eps = r_.options.as<FusedAddRmsnormOptions>().eps;
-    auto go = [&](auto s) {
-      fused_add_rmsnorm_rows<decltype(s)>(x_.get(), res_.get(), w_.get(), res_out_.get(), y_.get(), M_, h_, eps);
+    auto go = [&](auto type) {
+      fused_add_rmsnorm_rows<decltype(type)>(x_.get(), res_.get(), w_.get(), res_out_.get(), y_.get(), M_, h_, eps);
     };
     if (r_.dtype == DType::bf16)
       go(Bf16{});
     else if (r_.dtype == DType::fp16)
       go(Fp16{});
     else
-      go(F32{});
+      go(float{});
   }
 
   // Every element of both outputs against the reference, row by row.

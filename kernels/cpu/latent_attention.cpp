@@ -19,9 +19,9 @@
 #include <cstring>
 #include <vector>
 
-#include "common/numeric.hpp"
 #include "common/paged_kv.hpp"
 #include "cpu/cpu_op.hpp"
+#include "cpu/storage.hpp"
 #include "reference/common.hpp"
 #include "reference/latent_attention.hpp"
 #include "phasebench/checked.hpp"
@@ -57,19 +57,6 @@ std::uint64_t choose_splits(std::uint64_t B, std::uint64_t L, std::uint64_t thre
 }
 
 std::uint64_t chunk_of(std::uint64_t L, std::uint64_t splits) { return (L + splits - 1) / splits; }
-
-inline float decode(float x) { return x; }
-struct Bf16 {
-  std::uint16_t bits;
-};
-struct Fp16 {
-  std::uint16_t bits;
-};
-inline float decode(Bf16 x) { return numeric::bf16_to_float(x.bits); }
-inline float decode(Fp16 x) { return numeric::fp16_to_float(x.bits); }
-inline void encode(float v, float* o) { *o = v; }
-inline void encode(float v, Bf16* o) { o->bits = numeric::float_to_bf16(v); }
-inline void encode(float v, Fp16* o) { o->bits = numeric::float_to_fp16(v); }
 
 template <class T>
 void run(const LatentArgs& a) {
