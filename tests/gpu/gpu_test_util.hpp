@@ -9,8 +9,10 @@
 
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
+#include "backend.hpp"
 #include "cuda/cuda_common.hpp"
 
 namespace phasebench::test {
@@ -38,6 +40,20 @@ inline std::optional<std::string> no_gpu_reason() {
   } while (0)
 
 namespace phasebench::test {
+
+// The CUDA backend the suites share, as a benchmark run has one: handles made and
+// ceilings measured once per process. Deliberately never destroyed: tearing down
+// cuBLAS handles from a static destructor, after the CUDA runtime has begun
+// unloading, is not safe. Call only after the skip check.
+inline Backend& shared_cuda_backend() {
+  static Backend* b = [] {
+    std::string why;
+    auto p = make_cuda_backend(&why);
+    if (!p) throw std::runtime_error("make_cuda_backend failed: " + why);
+    return p.release();
+  }();
+  return *b;
+}
 
 // A fixture that skips every test of the suite where there is no device.
 class GpuTest : public ::testing::Test {

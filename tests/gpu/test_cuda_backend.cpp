@@ -29,17 +29,7 @@ OpRequest linear(DType t, Impl impl, std::uint64_t M, std::uint64_t N, std::uint
 // done once per process, as in a benchmark run.
 class CudaBackendTest : public test::GpuTest {
  protected:
-  static Backend& backend() {
-    // Deliberately never destroyed: tearing down cuBLAS handles from a static
-    // destructor, after the CUDA runtime has begun unloading, is not safe.
-    static Backend* b = [] {
-      std::string why;
-      auto p = make_cuda_backend(&why);
-      if (!p) throw std::runtime_error("make_cuda_backend failed: " + why);
-      return p.release();
-    }();
-    return *b;
-  }
+  static Backend& backend() { return test::shared_cuda_backend(); }
   int cc() const {
     const auto s = backend().device().details.at("compute_capability").get<std::string>();
     return std::stoi(s.substr(0, s.find('.'))) * 10 + std::stoi(s.substr(s.find('.') + 1));

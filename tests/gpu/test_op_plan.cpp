@@ -48,18 +48,10 @@ std::vector<OpRequest> requests() {
           linear_request({3, 200, 264}, DType::bf16, Impl::own, 14)};
 }
 
-// The backend for the suite, as a benchmark run has one (never destroyed: see test_cuda_backend.cpp).
+// The backend the suites share (test::shared_cuda_backend).
 class OpPlanTest : public test::GpuTest {
  protected:
-  static Backend& backend() {
-    static Backend* b = [] {
-      std::string why;
-      auto p = make_cuda_backend(&why);
-      if (!p) throw std::runtime_error("make_cuda_backend failed: " + why);
-      return p.release();
-    }();
-    return *b;
-  }
+  static Backend& backend() { return test::shared_cuda_backend(); }
 };
 
 // What a point does (bench/fixture.cpp): cannot_run, prepare, verify, run.

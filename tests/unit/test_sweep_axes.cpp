@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "backend.hpp"
 #include "cli_test_util.hpp"
@@ -100,6 +103,15 @@ std::string defaults_of(const AxisDecl& a, bool gpu) {
   std::string s;
   for (const auto& w : words) s += (s.empty() ? "" : ",") + w;
   return s;
+}
+
+// The point names a --benchmark_list_tests run printed, in order.
+std::vector<std::string> points(const std::string& out) {
+  std::vector<std::string> v;
+  std::stringstream ss(out);
+  for (std::string line; std::getline(ss, line);)
+    if (line.find("/manual_time") != std::string::npos) v.push_back(line);
+  return v;
 }
 
 }  // namespace
@@ -269,13 +281,6 @@ TEST(SweepAxesCli, OldFlagsStillWorkAndSayOnceWhatReplacesThem) {
                                   "--axis decode_attention_multi.page_size=32 --axis kv_append.batch=3");
   ASSERT_EQ(old.status, 0) << old.out;
   ASSERT_EQ(axes.status, 0) << axes.out;
-  auto points = [](const std::string& out) {
-    std::vector<std::string> v;
-    std::stringstream ss(out);
-    for (std::string line; std::getline(ss, line);)
-      if (line.find("/manual_time") != std::string::npos) v.push_back(line);
-    return v;
-  };
   EXPECT_FALSE(points(old.out).empty());
   EXPECT_EQ(points(old.out), points(axes.out));
   // One note, naming each old flag and its replacement; none for --axis.
@@ -306,13 +311,6 @@ TEST(SweepAxesCli, AGroupsFormerNameStillWorksAndSaysOnceWhatItIsNow) {
   const auto now = test::run_cli(base + "--ops linear_int4 --axis linear_int4.batch=4");
   ASSERT_EQ(old.status, 0) << old.out;
   ASSERT_EQ(now.status, 0) << now.out;
-  auto points = [](const std::string& out) {
-    std::vector<std::string> v;
-    std::stringstream ss(out);
-    for (std::string line; std::getline(ss, line);)
-      if (line.find("/manual_time") != std::string::npos) v.push_back(line);
-    return v;
-  };
   EXPECT_FALSE(points(now.out).empty());
   EXPECT_EQ(points(old.out), points(now.out));
   EXPECT_NE(points(now.out).front().find("decode/linear_int4/llama-3.1-8b."), std::string::npos) << now.out;
