@@ -164,7 +164,7 @@ std::string join_words(const std::vector<std::string>& v, const std::string& sep
 
 // What `phasebench run` takes besides Google Benchmark's flags.
 struct RunFlags {
-  std::string backend = "auto", models = join_words(SweepConfig{}.models), dtypes, ops, out, cache = "cold", ceiling = "measured";
+  std::string backend = "auto", models = join_words(SweepConfig{}.models), dtypes, ops, impls, out, cache = "cold", ceiling = "measured";
   std::string cold_timing = "rotate";
   std::vector<std::string> axes;              // --axis GROUP.AXIS=VALUES, in order
   std::map<std::string, std::string> aliases;  // old flag -> its text (axis_aliases())
@@ -197,6 +197,10 @@ void add_sweep_flags(CLI::App& app, RunFlags& f) {
   for (const auto& g : OpRegistry::get().groups()) groups += "\n  " + g.name + ": " + g.help;
   app.add_option("--ops", f.ops, groups)->envname("PHASEBENCH_OPS");
   app.add_flag("--no-blas", f.no_blas, "omit the vendor-library comparison rows next to our own kernels");
+  app.add_option("--impl", f.impls,
+                 "implementations to run, comma-separated: own, blas, flashinfer, cudnn (default: every one the "
+                 "backend has; the attention libraries' rows need the CUDA backend)")
+      ->envname("PHASEBENCH_IMPL");
 }
 
 void add_run_flags(CLI::App& app, RunFlags& f) {
@@ -322,6 +326,12 @@ SweepConfig sweep_config(const RunFlags& f, bool models_given, std::string& alia
     alias_note += "phasebench: note: the group " + was + " is now called " + is +
                   "; its old name works for one release (--ops " + is + ", --axis " + is + ".AXIS=...)\n";
   cfg.compare_blas = !f.no_blas;
+  if (!f.impls.empty())
+    for (const auto& name : list_items(f.impls, "--impl")) {
+      const auto impl = impl_named(name);
+      if (!impl) throw InputError("--impl: unknown implementation '" + name + "'; use own, blas, flashinfer or cudnn");
+      cfg.impls.insert(*impl);
+    }
   // Unknown model: fail before choosing a device. Two entries that are the same
   // model (or share a name) would make points of the same names.
   std::map<std::string, std::string> by_name;

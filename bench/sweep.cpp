@@ -271,15 +271,20 @@ namespace {
 
 bool listed(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-// The implementations the backend runs for `r`, own first; the vendor row beside
-// our own only when asked (decode GEMVs: --no-blas leaves it out).
-std::vector<Impl> impls_for(const Backend& backend, OpRequest r, bool beside_own) {
+// The implementations the backend runs for `r` of those the run wants, own first;
+// the vendor BLAS row beside our own only when asked (decode GEMVs: --no-blas
+// leaves it out); the attention libraries' rows wherever the backend has them
+// (a shape a library refuses is a skipped point with its reason, not no point).
+std::vector<Impl> impls_for(const Backend& backend, const std::set<Impl>& wanted, OpRequest r, bool beside_own) {
   std::vector<Impl> v;
-  r.impl = Impl::own;
-  if (backend.implements(r.kind, r.dtype, Impl::own) && backend.applies(r)) v.push_back(Impl::own);
-  r.impl = Impl::blas;
-  if ((v.empty() || beside_own) && backend.implements(r.kind, r.dtype, Impl::blas) && backend.applies(r))
-    v.push_back(Impl::blas);
+  auto has = [&](Impl i) {
+    r.impl = i;
+    return (wanted.empty() || wanted.count(i)) && backend.implements(r.kind, r.dtype, i) && backend.applies(r);
+  };
+  if (has(Impl::own)) v.push_back(Impl::own);
+  if ((v.empty() || beside_own) && has(Impl::blas)) v.push_back(Impl::blas);
+  for (Impl lib : {Impl::flashinfer, Impl::cudnn})
+    if (has(lib)) v.push_back(lib);
   return v;
 }
 
@@ -345,7 +350,7 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend, std
   scope.dtypes = c.dtypes;
   scope.shapes = &c.shapes;
   scope.compare_blas = c.compare_blas;
-  scope.impls = [&](const OpRequest& r, bool beside_own) { return impls_for(backend, r, beside_own); };
+  scope.impls = [&](const OpRequest& r, bool beside_own) { return impls_for(backend, c.impls, r, beside_own); };
   // Each wanted group's models; every model of any of them, --model's first,
   // then the others in the order of the groups that run them.
   std::map<std::string, std::vector<std::string>> models_of;

@@ -22,6 +22,8 @@ struct SweepConfig {
   std::vector<DType> dtypes;  // empty: the backend's default
   std::set<std::string> groups;  // empty: every group with points
   bool compare_blas = true;      // put the vendor-library row beside our own kernels
+  // The implementations the run makes points of (--impl); empty: every one the backend has.
+  std::set<Impl> impls;
   // Each group's axis values, by group name, from --axis and the old flags;
   // apply_defaults fills the rest.
   std::map<std::string, AxisValues> axes;

@@ -53,7 +53,21 @@ nlohmann::json Shape::to_json() const {
 
 // ---- requests ---------------------------------------------------------------------------
 
-std::string_view to_string(Impl i) { return i == Impl::own ? "own" : "blas"; }
+std::string_view to_string(Impl i) {
+  switch (i) {
+    case Impl::own: return "own";
+    case Impl::blas: return "blas";
+    case Impl::flashinfer: return "flashinfer";
+    case Impl::cudnn: return "cudnn";
+  }
+  return "?";
+}
+
+std::optional<Impl> impl_named(std::string_view name) {
+  for (Impl i : kAllImpls)
+    if (to_string(i) == name) return i;
+  return std::nullopt;
+}
 
 OpCost OpRequest::cost() const { return OpRegistry::get().op(kind).cost(*this); }
 

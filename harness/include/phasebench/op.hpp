@@ -9,6 +9,7 @@
 // An operation's declaration is a file harness/src/ops/<name>.cpp whose
 // PHASEBENCH_DECLARE_OPS(<name>) registers it; CMake finds these files, so
 // adding one touches no other file of the harness.
+#include <algorithm>
 #include <any>
 #include <cstdint>
 #include <functional>
@@ -31,10 +32,15 @@
 
 namespace phasebench {
 
-// Which implementation of an operation: our own kernel or the vendor library
-// (OpenBLAS on the CPU, cuBLAS/cuBLASLt on CUDA), side by side in a sweep.
-enum class Impl { own, blas };
+// Which implementation of an operation, side by side in a sweep: our own kernel,
+// the vendor BLAS (OpenBLAS on the CPU, cuBLAS/cuBLASLt on CUDA), or the attention
+// libraries engines run (FlashInfer's templates, cuDNN's SDPA through its frontend).
+// The names are the results' `impl`.
+enum class Impl { own, blas, flashinfer, cudnn };
+inline constexpr Impl kAllImpls[] = {Impl::own, Impl::blas, Impl::flashinfer, Impl::cudnn};
 std::string_view to_string(Impl i);
+// The Impl named `name` ("own", "blas", "flashinfer", "cudnn"), or nullopt.
+std::optional<Impl> impl_named(std::string_view name);
 
 // An operation's own options, typed (page size, splits, routing, ...): each
 // operation declares one struct in its header (DecodeAttentionOptions in
@@ -186,10 +192,18 @@ struct SweepScope {
   std::vector<DType> dtypes;
   const AxisValues* axes = nullptr;                  // this group's axes
   const std::vector<LinearShape>* shapes = nullptr;  // --shape M,N,K, for groups `from_shapes`
-  // The implementations the backend runs for this request (impl ignored), in
-  // the order own, blas. `beside_own`: also the vendor row when our own applies.
+  // The implementations the backend runs for this request (impl ignored), of
+  // those the run asks for (--impl), in the order own, blas, flashinfer, cudnn.
+  // `beside_own`: also the vendor BLAS row when our own applies; the attention
+  // libraries' rows (flashinfer, cudnn) come wherever the backend has them.
   std::function<std::vector<Impl>(const OpRequest& r, bool beside_own)> impls;
   bool compare_blas = true;  // put the vendor-library row beside our own kernels
+  // Whether the run makes points of implementation `i` of this request (the groups
+  // that time our kernel alone ask for Impl::own).
+  bool runs(const OpRequest& r, Impl i) const {
+    const auto v = impls(r, true);
+    return std::find(v.begin(), v.end(), i) != v.end();
+  }
 };
 
 struct SweepGroup {

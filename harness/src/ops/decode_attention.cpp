@@ -3,8 +3,8 @@
 // cache), a*B*Hq*D query and output bytes),
 // over a contiguous cache [B, Hkv, L, D] or a paged one (pages [P, Hkv, page, D]
 // plus an int32 block table per sequence). Two sweep groups: batch x context,
-// contiguous and paged, for the grouped-query attention models; and multi-token
-// and ragged decode steps.
+// contiguous and paged, ours beside the attention libraries' rows, for the
+// grouped-query attention models; and multi-token and ragged decode steps (ours).
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -147,12 +147,15 @@ PHASEBENCH_DECLARE_OPS(decode_attention) {
             for (auto B : (*sc.axes)["batch"])
               for (auto L : (*sc.axes)["context"]) {
                 auto r = decode_attention_request({B, m.heads, m.kv_heads, L, m.head_dim}, sc.dtype, paged, P, 0, 0x5eed, fp8);
-                if (fp8 && sc.impls(r, false).empty()) continue;  // no fp8-cache kernel for this dtype here
                 std::vector<PointArg> args{{"batch", B, "batch"}, {"context", L, "context"}};
                 if (paged) args.push_back({"page_size", P, "page"});
                 if (fp8) args.push_back({"kv_bits", 8, "kv_bits"});
-                pts.push_back(make_point("decode", m.name, "", m.name, r, args,
-                                         false));
+                // Ours, then the attention libraries' rows beside it (named impl:<library>;
+                // our own keeps its name without). None for an fp8 cache nobody here takes.
+                for (Impl impl : sc.impls(r, false)) {
+                  r.impl = impl;
+                  pts.push_back(make_point("decode", m.name, "", m.name, r, args, impl != Impl::own));
+                }
               }
         }
         return pts;
@@ -215,9 +218,8 @@ PHASEBENCH_DECLARE_OPS(decode_attention) {
         }
         std::vector<Point> pts;
         for (const bool paged : {false, true}) {
-          if (sc.impls(decode_attention_request({1, m.heads, m.kv_heads, 1, m.head_dim}, sc.dtype, paged, P), false)
-                  .empty())
-            continue;
+          if (!sc.runs(decode_attention_request({1, m.heads, m.kv_heads, 1, m.head_dim}, sc.dtype, paged, P), Impl::own))
+            continue;  // ours only here
           for (auto B : (*sc.axes)["batch"])
             for (auto L : (*sc.axes)["context"])
               for (auto S : steps)

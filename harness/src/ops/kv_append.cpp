@@ -68,7 +68,7 @@ PHASEBENCH_DECLARE_OPS(kv_append) {
         const auto C = sc.axes->one("context"), P = sc.axes->one("page_size");
         std::vector<Point> pts;
         for (const bool paged : {false, true}) {
-          if (sc.impls(kv_append_request({1, 1, m.kv_heads, m.head_dim}, sc.dtype, C, paged, P), false).empty()) continue;
+          if (!sc.runs(kv_append_request({1, 1, m.kv_heads, m.head_dim}, sc.dtype, C, paged, P), Impl::own)) continue;
           for (auto B : (*sc.axes)["batch"]) {
             std::vector<PointArg> args{{"batch", B, "batch"}, {"context", C, "context"}};
             if (paged) args.push_back({"page_size", P, "page"});

@@ -106,9 +106,8 @@ PHASEBENCH_DECLARE_OPS(latent_attention) {
           const auto& a = m.mla;
           const auto qk = a.qk_nope + a.qk_rope;
           for (const bool paged : {false, true}) {
-            if (sc.impls(latent_attention_request({1, m.heads, 1, a.kv_lora_rank, a.qk_rope}, sc.dtype, paged, qk, P),
-                         false)
-                    .empty())
+            if (!sc.runs(latent_attention_request({1, m.heads, 1, a.kv_lora_rank, a.qk_rope}, sc.dtype, paged, qk, P),
+                         Impl::own))
               continue;  // the backend has no such kernel for this dtype
             for (auto B : (*sc.axes)["batch"])
               for (auto L : (*sc.axes)["context"]) {

@@ -98,7 +98,7 @@ PHASEBENCH_DECLARE_OPS(layer) {
       .points = [](const SweepScope& sc) {
         const ModelConfig& m = *sc.model;
         std::vector<Point> pts;
-        if (sc.impls(layer_request(m, Phase::decode, 1, 1, sc.dtype), false).empty()) return pts;
+        if (!sc.runs(layer_request(m, Phase::decode, 1, 1, sc.dtype), Impl::own)) return pts;
         // The whole-layer op is a dense, full-attention layer: models with other
         // layers (experts, windows, chunks, q/k norms, sinks, MLA) have no whole-layer points.
         if (m.experts || !m.windows.empty() || !m.chunks.empty() || m.qk_norm || m.attention_sinks || m.uses_mla())

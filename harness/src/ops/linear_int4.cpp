@@ -99,7 +99,7 @@ PHASEBENCH_DECLARE_OPS(linear_int4) {
             const auto s = LinearShape::of(lin.shape);
             if (s.K % G != 0) continue;  // a projection this group size does not fit
             OpRequest r = linear_int4_request(s, G, Impl::own);
-            if (sc.impls(r, false).empty()) continue;
+            if (!sc.runs(r, Impl::own)) continue;
             pts.push_back(make_point("decode", m.name, lin.name, m.name + "." + lin.name, r,
                                      {{"batch", B, "batch"}, {"group", G, "group"}}, true));
           }
