@@ -173,6 +173,60 @@ def template_args_before(mask, src, gpos):
     return '<' + ', '.join(names) + '>'
 
 
+def ptx_instruction(instr, operands):
+    """One PTX instruction (no trailing ';') as a call of its pb_emu::ptx function:
+    the opcode with its qualifiers joined by '_', the operands in the order the template
+    names them: %N is the asm operand N, '_' the sink (a destination nobody reads),
+    a literal (0., 16, 0x1f) itself; special registers (%%laneid) end the name."""
+    opcode, _, rest = instr.strip().partition(' ')
+    specials = re.findall(r'%%(\w+)', rest)
+    fn = re.sub(r'[^0-9A-Za-z]', '_', opcode) + ''.join('__' + s for s in specials)
+    args = []
+    for tok in re.split(r'[\s,{}\[\]]+', re.sub(r'%%\w+', ' ', rest)):
+        if not tok:
+            continue
+        mo = re.fullmatch(r'%(\d+)', tok)
+        if mo:
+            k = int(mo.group(1))
+            if k >= len(operands):
+                raise RewriteError('asm names an operand it does not have')
+            args.append(operands[k])
+        elif tok == '_':
+            args.append('::pb_emu::ptx::sink')
+        elif re.fullmatch(r'[-+]?(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?[fF]?|\.\d+)', tok):
+            args.append(tok + ('0' if tok.endswith('.') else ''))
+        else:
+            raise RewriteError('asm operand %r is neither %%N, _ nor a literal' % tok)
+    return '::pb_emu::ptx::%s(%s)' % (fn, ', '.join(args))
+
+
+def ptx_call(template, operands):
+    """The C++ expression for an asm statement's template: one instruction, optionally in
+    a { } scope, or the one multi-instruction form libraries use to predicate an
+    instruction on a C++ value:
+        { .reg .pred p; setp.ne.b32 p, %K, 0; @p INSTR; }  ->  (%K != 0 ? INSTR : void())
+    Anything else (loops, labels, other predicates) is refused."""
+    text = template.strip()
+    if text.startswith('{') and text.endswith('}'):
+        text = text[1:-1]
+    instrs = [i.strip() for i in text.split(';') if i.strip()]
+    if len(instrs) == 1:
+        if instrs[0].startswith(('.', '@', '{')):
+            raise RewriteError('asm form not emulated: %r' % template)
+        return ptx_instruction(instrs[0], operands)
+    if len(instrs) == 3:
+        m1 = re.fullmatch(r'\.reg\s+\.pred\s+(\w+)', instrs[0])
+        m2 = re.fullmatch(r'setp\.ne\.b32\s+(\w+)\s*,\s*%(\d+)\s*,\s*0', instrs[1])
+        m3 = re.fullmatch(r'@(\w+)\s+(.*)', instrs[2], re.S)
+        if m1 and m2 and m3 and m1.group(1) == m2.group(1) == m3.group(1):
+            k = int(m2.group(2))
+            if k >= len(operands):
+                raise RewriteError('asm names an operand it does not have')
+            return '((%s) != 0 ? %s : void())' % (operands[k], ptx_instruction(m3.group(2), operands))
+    raise RewriteError('asm with more than one instruction; keep inline PTX to one instruction per '
+                       'named helper (or add its form to cu2emu.py\'s ptx_call): %r' % ' '.join(template.split()))
+
+
 def rewrite(src, path):
     mask = mask_source(src)
     edits = []  # (start, end, replacement)
@@ -259,30 +313,47 @@ def rewrite(src, path):
         if base and base.group(1) in kernels:
             edits.append((m.start(), close, keep_lines(src[m.start():close], '::pb_emu::kernel_handle(%s)' % inner)))
 
+    # Launches by address with a C-style cast, cudaLaunchKernel((void*)kernel, ...): the
+    # kernel's handle, as for reinterpret_cast above; and cudaLaunchKernelEx (the runtime's
+    # C++ template, which casts the kernel to an address the emulation cannot call).
+    for m in re.finditer(r'(?<![\w.:])cudaLaunchKernel\s*\(', mask):
+        close = match_forward(mask, m.end() - 1, '(', ')')
+        first = split_top(mask[m.end():close - 1], ',')[0]
+        mc = re.match(r'\s*\(\s*(?:const\s+)?void\s*\*\s*\)\s*', first)
+        if mc:
+            a, b = m.end(), m.end() + len(first)
+            inner = src[a + mc.end():b].strip()
+            edits.append((a, b, keep_lines(src[a:b], '::pb_emu::kernel_handle(%s)' % inner)))
+    for m in re.finditer(r'(?<![\w.:])cudaLaunchKernelEx(?=\s*\()', mask):
+        edits.append((m.start(), m.end(), '::pb_emu::launch_kernel_ex'))
+
+    # What nvcc's front end accepts and a host compiler does not (FlashInfer's headers):
+    # a dependent member template called without `template`.
+    for m in re.finditer(r'>::cast<vec_size>\(', mask):
+        edits.append((m.start() + 3, m.start() + 3, 'template '))
+
+    # The target architecture and compiler version a library's preprocessor tests read:
+    # the emulated device's (pb_emu.hpp), since a host compiler defines neither.
+    for m in re.finditer(r'\b(__CUDA_ARCH__|__CUDACC_VER_MAJOR__|__CUDACC_VER_MINOR__)\b', mask):
+        edits.append((m.start(), m.end(), 'PB_EMU_' + m.group(1).strip('_')))
+
     # Inline PTX.
     for m in re.finditer(r'\b(?:asm|__asm__)\b(\s+(?:volatile|__volatile__))?\s*\(', mask):
         close = match_forward(mask, m.end() - 1, '(', ')')
         body = src[m.end():close - 1]
         parts = split_top(body, ':')
-        template = ''.join(re.findall(r'"((?:[^"\\]|\\.)*)"', parts[0])).strip()
-        instr = template.rstrip().rstrip(';').strip()
-        if ';' in instr or '\n' in instr.replace('\\n', '\n'):
-            raise RewriteError('%s:%d: asm with more than one instruction; keep inline PTX to one instruction per '
-                               'named helper' % (path, line_of(src, m.start())))
+        template = ''.join(re.findall(r'"((?:[^"\\]|\\.)*)"', parts[0])).replace('\\n', '\n').replace('\\t', ' ')
         operands = []
         for section in parts[1:3]:
             for op in split_top(section, ','):
                 op = op.strip()
                 if op:
                     operands.append(re.sub(r'^"[^"]*"\s*', '', op).strip())
-        opcode = instr.split()[0]
-        specials = re.findall(r'%%(\w+)', instr)
-        fn = re.sub(r'[^0-9A-Za-z]', '_', opcode) + ''.join('__' + s for s in specials)
         try:
-            args = [operands[int(k)] for k in re.findall(r'(?<!%)%(\d+)', instr)]
-        except IndexError:
-            raise RewriteError('%s:%d: asm names an operand it does not have' % (path, line_of(src, m.start())))
-        edits.append((m.start(), close, keep_lines(src[m.start():close], '::pb_emu::ptx::%s(%s)' % (fn, ', '.join(args)))))
+            call = ptx_call(template, operands)
+        except RewriteError as e:
+            raise RewriteError('%s:%d: %s' % (path, line_of(src, m.start()), e))
+        edits.append((m.start(), close, keep_lines(src[m.start():close], call)))
 
     edits.sort(key=lambda e: e[0])
     for a, b in zip(edits, edits[1:]):
@@ -295,9 +366,51 @@ def rewrite(src, path):
     return '#line 1 "%s"\n' % path + out
 
 
+def rewrite_tree(root, out_root, entries):
+    """Rewrites the entry headers of a library's include tree `root` (paths relative to
+    it) and every file they include with a quoted #include, transitively, into the same
+    place under `out_root`, where the includes (relative to their includer) find the
+    rewritten copies. Returns the relative paths written."""
+    import os
+    todo, seen = list(entries), set()
+    while todo:
+        rel = os.path.normpath(todo.pop())
+        if rel in seen:
+            continue
+        seen.add(rel)
+        with open(os.path.join(root, rel)) as f:
+            src = f.read()
+        for inc in re.findall(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', src, re.M):
+            cand = os.path.normpath(os.path.join(os.path.dirname(rel), inc))
+            if os.path.exists(os.path.join(root, cand)) and not cand.startswith('..'):
+                todo.append(cand)
+        out = rewrite(src, os.path.join(root, rel))
+        dst = os.path.join(out_root, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        old = None
+        if os.path.exists(dst):
+            with open(dst) as f:
+                old = f.read()
+        if old != out:  # unchanged files keep their time stamps (no needless recompiles)
+            with open(dst, 'w') as f:
+                f.write(out)
+    return sorted(seen)
+
+
 def main():
+    if len(sys.argv) >= 5 and sys.argv[1] == '--tree':
+        root, out_root, stamp, entries = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+        try:
+            written = rewrite_tree(root, out_root, entries)
+        except (RewriteError, OSError) as e:
+            sys.stderr.write('cu2emu: %s\n' % e)
+            return 1
+        with open(stamp, 'w') as f:
+            f.write(''.join(w + '\n' for w in written))
+        return 0
     if len(sys.argv) != 3:
-        sys.stderr.write('usage: cu2emu.py INPUT.cu OUTPUT.cpp\n')
+        sys.stderr.write('usage: cu2emu.py INPUT.cu OUTPUT.cpp\n'
+                         '       cu2emu.py --tree ROOT OUT_ROOT STAMP ENTRY...\n')
         return 2
     path, out_path = sys.argv[1], sys.argv[2]
     with open(path) as f:

@@ -43,6 +43,19 @@
 
 #undef __launch_bounds__
 #define __launch_bounds__(...)
+// A kernel parameter's placement (constant bank, addressable): nothing for a host function.
+#undef __grid_constant__
+#define __grid_constant__
+
+// The emulated device's architecture and compiler version, as a library's preprocessor
+// tests read them: cu2emu.py renames __CUDA_ARCH__ and __CUDACC_VER_MAJOR/MINOR__ in the
+// sources it rewrites (a host compiler defines neither) to these. sm_80 by default, the
+// project's lowest target, so that a header's sm_80 paths are the ones emulated.
+#ifndef PB_EMU_CUDA_ARCH
+#define PB_EMU_CUDA_ARCH 800
+#endif
+#define PB_EMU_CUDACC_VER_MAJOR (CUDART_VERSION / 1000)
+#define PB_EMU_CUDACC_VER_MINOR (CUDART_VERSION % 1000 / 10)
 
 // The emulation's own code that the kernels' files include (shuffles, the launch
 // closure): in the counting build it is not instrumented, since its accesses
@@ -126,7 +139,11 @@ std::string hex_mask(unsigned mask);
 // Shuffles: mode 0 idx, 1 xor, 2 down, 3 up, with CUDA's width semantics.
 template <class T>
 PB_EMU_INTERNAL T shfl(unsigned mask, T v, int sel, int width, int mode, const Site& site) {
-  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "pb_emu: shuffle of a type wider than 8 bytes");
+  // (CUDA's 16-bit float types have user-written copies but shuffle as their bits.)
+  static_assert((std::is_trivially_copyable_v<T> || std::is_same_v<T, __half> || std::is_same_v<T, __half2> ||
+                 std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __nv_bfloat162>) &&
+                    sizeof(T) <= 8,
+                "pb_emu: shuffle of a type wider than 8 bytes");
   if (width < 1 || width > 32 || (width & (width - 1)))
     device_fail(std::string(site.what) + ": width " + std::to_string(width) + " is not a power of two in 1..32");
   struct Payload {  // each lane's own operands, as PTX computes the source per thread
@@ -227,17 +244,36 @@ struct LaunchConfig {
 using Invoker = void (*)(const void* fn, const GridLaunch& l, void** args);
 void register_kernel(const void* fn, Invoker inv);
 
+// The argument array's values, in order (args[i] points at parameter i's value).
+template <class... P, class F, std::size_t... I>
+void launch_from_args(const LaunchConfig& cfg, const char* name, F call, void** args, std::index_sequence<I...>) {
+  cfg.launch(name, call)(*static_cast<std::decay_t<P>*>(args[I])...);
+}
+
 template <class... P>
 void* kernel_handle(void (*fn)(P...)) {
   register_kernel(reinterpret_cast<const void*>(fn), [](const void* f, const GridLaunch& l, void** args) {
     auto k = reinterpret_cast<void (*)(P...)>(const_cast<void*>(f));
     auto call = [k](auto&&... a) { k(a...); };
-    std::size_t i = 0;
-    std::tuple<std::decay_t<P>...> values{*static_cast<std::decay_t<P>*>(args[i++])...};
     LaunchConfig cfg(l.grid, l.block, l.smem, l.stream);
-    std::apply([&](auto&... v) { cfg.launch(l.name, call)(v...); }, values);
+    launch_from_args<P...>(cfg, l.name, call, args, std::index_sequence_for<P...>{});
   });
   return reinterpret_cast<void*>(fn);
+}
+
+// cudaLaunchKernelEx(config, kernel, args...) (cu2emu.py renames the call): the grid,
+// block, dynamic shared memory and stream of `config`. Of its attributes,
+// programmatic stream serialization (PDL) is accepted either way: the emulated stream
+// runs each grid to completion before the next, which PDL's order allows.
+template <class... P, class... A>
+cudaError_t launch_kernel_ex(const cudaLaunchConfig_t* config, void (*kernel)(P...), A&&... args) {
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id != cudaLaunchAttributeProgrammaticStreamSerialization) return cudaErrorNotSupported;
+  (void)cudaGetLastError();
+  LaunchConfig(config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream)
+      .launch("a kernel launched by cudaLaunchKernelEx", [kernel](auto&&... a) { kernel(a...); })(
+          static_cast<P>(std::forward<A>(args))...);
+  return cudaPeekAtLastError();
 }
 
 }  // namespace pb_emu
@@ -255,9 +291,10 @@ inline cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute 
 
 #ifndef PB_EMU_RUNTIME
 #define threadIdx (::pb_emu::this_thread("threadIdx").tid)
-#define blockIdx (::pb_emu::g_block_idx)
-#define blockDim (::pb_emu::g_block_dim)
-#define gridDim (::pb_emu::g_grid_dim)
+// References, not macros: cudaLaunchConfig_t has fields named gridDim and blockDim.
+inline const dim3& blockIdx = ::pb_emu::g_block_idx;
+inline const dim3& blockDim = ::pb_emu::g_block_dim;
+inline const dim3& gridDim = ::pb_emu::g_grid_dim;
 #define warpSize 32
 #endif
 
@@ -414,6 +451,24 @@ inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
 inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return static_cast<unsigned>(static_cast<unsigned long long>(a) * b >> 32);
+}
+// prmt.b32 (default mode): byte i of the result is byte s[4i+2:4i] of {y, x} (x the low
+// four bytes), replicated from its sign bit when s[4i+3] is set.
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long v = static_cast<unsigned long long>(y) << 32 | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const unsigned sel = s >> (4 * i) & 0xfu;
+    unsigned b = static_cast<unsigned>(v >> (8 * (sel & 7u))) & 0xffu;
+    if (sel & 8u) b = (b & 0x80u) ? 0xffu : 0u;
+    r |= b << (8 * i);
+  }
+  return r;
+}
+// brkpt: the GPU stops in the debugger (a trap without one); here the launch fails.
+inline void __brkpt() { ::pb_emu::device_fail("brkpt (__brkpt) reached"); }
 inline unsigned __brev(unsigned x) {
   unsigned r = 0;
   for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
@@ -435,6 +490,34 @@ inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline long long max(long long a, long long b) { return a > b ? a : b; }
+// CUDA's mixed-sign overloads (math_functions.hpp): the comparison is unsigned.
+inline unsigned min(int a, unsigned b) { return min(static_cast<unsigned>(a), b); }
+inline unsigned min(unsigned a, int b) { return min(a, static_cast<unsigned>(b)); }
+inline unsigned max(int a, unsigned b) { return max(static_cast<unsigned>(a), b); }
+inline unsigned max(unsigned a, int b) { return max(a, static_cast<unsigned>(b)); }
+inline unsigned long long min(long long a, unsigned long long b) { return std::min(static_cast<unsigned long long>(a), b); }
+inline unsigned long long min(unsigned long long a, long long b) { return std::min(a, static_cast<unsigned long long>(b)); }
+inline unsigned long long max(long long a, unsigned long long b) { return std::max(static_cast<unsigned long long>(a), b); }
+inline unsigned long long max(unsigned long long a, long long b) { return std::max(a, static_cast<unsigned long long>(b)); }
+
+// cooperative_groups (<cooperative_groups.h> declares it for nvcc only): the block
+// group, whose sync() is __syncthreads at the caller's site. A grid-wide sync needs a
+// cooperative launch, which the emulation does not make: it fails the launch.
+namespace cooperative_groups {
+struct thread_block {
+  void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const { ::__syncthreads(file, line); }
+  dim3 group_index() const { return ::pb_emu::g_block_idx; }
+  dim3 thread_index() const { return ::pb_emu::this_thread("thread_block::thread_index").tid; }
+  dim3 group_dim() const { return ::pb_emu::g_block_dim; }
+  unsigned size() const { return ::pb_emu::g_block_dim.x * ::pb_emu::g_block_dim.y * ::pb_emu::g_block_dim.z; }
+  unsigned thread_rank() const { return ::pb_emu::this_thread("thread_block::thread_rank").linear; }
+};
+inline thread_block this_thread_block() { return {}; }
+struct grid_group {
+  void sync() const { ::pb_emu::device_fail("cooperative_groups::grid_group::sync: no cooperative launch in the emulation"); }
+};
+inline grid_group this_grid() { return {}; }
+}  // namespace cooperative_groups
 
 #include "pb_emu_ptx.hpp"
 #include "pb_emu_wmma.hpp"

@@ -75,6 +75,32 @@ void mma_m16n8k16_f32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)
   });
 }
 
+// mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16: C and D are .f16x2 registers,
+// c0..c3 / d0..d3 of the fp32 form packed two to a register (lower index in the low
+// half). The products are summed in fp32 and D rounded to nearest fp16 (the ISA leaves
+// the internal precision to the implementation; fp32 is at least what it guarantees).
+void mma_m16n8k16_f16(unsigned (&d)[2], const unsigned (&a)[4], const unsigned (&b)[2], const unsigned (&c)[2],
+                      const char* file, int line) {
+  const float cf[4] = {element(c[0], 0, false), element(c[0], 1, false), element(c[1], 0, false),
+                       element(c[1], 1, false)};
+  float df[4];
+  mma_m16n8k16_f32(df, a, b, cf, false, file, line);
+  auto h = [](float x) { return static_cast<unsigned>(__half_raw(__float2half_rn(x)).x); };
+  d[0] = h(df[0]) | h(df[1]) << 16;
+  d[1] = h(df[2]) | h(df[3]) << 16;
+}
+
+namespace ptx {
+// .ftz: a subnormal float becomes zero of the same sign.
+float ftz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
+
+unsigned short f16_unary(unsigned short h, int op) {
+  const float x = half_to_float(h, false);
+  const float y = op == 0 ? std::exp2(x) : std::tanh(x);
+  return __half_raw(__float2half_rn(y)).x;
+}
+}  // namespace ptx
+
 // ---- ldmatrix ----------------------------------------------------------------------
 // PTX ISA, "Warp-level matrix load instruction: ldmatrix": for .m8n8 with .b16
 // elements, lanes 0-7 give the row addresses of the first matrix, 8-15 of the
