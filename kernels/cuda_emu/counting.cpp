@@ -520,9 +520,20 @@ Shadow* shadow_at(std::size_t window) {
 
 // The hazards of an access by `c` to a byte: with its last writer, and for a write
 // also with its readers since.
+// A write by another lane of the same warp at the same store site, with no barrier or
+// __syncwarp since, is taken as the same warp-wide store instruction, where several
+// lanes naming one address is defined (one lane's value lands): FlashInfer's decode has
+// every lane of a row store the row's softmax state to one word. (A gap: the same site
+// executed in different loop iterations by two lanes is exempted too.)
+bool same_store_instruction(const Shadow& sh, const Accessor& c) {
+  return !sh.w_collective && !c.collective && sh.w_tid / 32 == c.tid / 32 && sh.w_site == c.site &&
+         sh.w_bar == c.bar && sh.w_sync == c.sync;
+}
+
 void check_hazards(const Shadow& sh, std::size_t window, const Accessor& c, bool write, const char* ww = "write after write",
                    const char* wr = "write after read") {
-  if (other_thread(sh.w_tid, sh.w_collective, c) && !ordered(sh.w_bar, sh.w_sync, sh.w_tid, sh.w_collective, c))
+  if (other_thread(sh.w_tid, sh.w_collective, c) && !ordered(sh.w_bar, sh.w_sync, sh.w_tid, sh.w_collective, c) &&
+      !(write && same_store_instruction(sh, c)))
     report_race(write ? ww : "read after write", window, c, write, sh.w_tid, sh.w_collective, true, sh.w_site, sh.w_bar);
   if (write && sh.r_tid != kNoThread && (sh.r_many || other_thread(sh.r_tid, sh.r_collective, c)) &&
       !ordered(sh.r_bar, sh.r_sync, sh.r_tid, sh.r_collective, c))

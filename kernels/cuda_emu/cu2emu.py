@@ -329,8 +329,12 @@ def rewrite(src, path):
 
     # What nvcc's front end accepts and a host compiler does not (FlashInfer's headers):
     # a dependent member template called without `template`.
-    for m in re.finditer(r'>::cast<vec_size>\(', mask):
+    for m in re.finditer(r'>::cast<(?:vec_size|\d+)>\(', mask):
         edits.append((m.start() + 3, m.start() + 3, 'template '))
+    # (smem_t's member templates called on a dependent smem_t: qo_smem.get_permuted_offset<N>(...))
+    for m in re.finditer(r'(?<!template)(\.|->)\s*(?=(?:get_permuted_offset|advance_offset_by_column|'
+                         r'advance_offset_by_row|load_128b_async)\s*<)', mask):
+        edits.append((m.end(), m.end(), 'template '))
 
     # The target architecture and compiler version a library's preprocessor tests read:
     # the emulated device's (pb_emu.hpp), since a host compiler defines neither.
@@ -384,7 +388,10 @@ def rewrite_tree(root, out_root, entries):
             cand = os.path.normpath(os.path.join(os.path.dirname(rel), inc))
             if os.path.exists(os.path.join(root, cand)) and not cand.startswith('..'):
                 todo.append(cand)
+        # A library's header stays a system header (GCC's line marker, flag 3): its own
+        # warnings are not ours to fix, as where it is installed.
         out = rewrite(src, os.path.join(root, rel))
+        out = '# 1 "%s" 3\n' % os.path.join(root, rel) + out.split('\n', 1)[1]
         dst = os.path.join(out_root, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         old = None

@@ -303,8 +303,10 @@ inline const dim3& gridDim = ::pb_emu::g_grid_dim;
 #define PB_EMU_SHARED(type, name, dims, align)                                      \
   static ::pb_emu::SharedSlot<type dims, align> pb_emu_slot_##name;                \
   auto& name = pb_emu_slot_##name.bind(#name)
+// (An array of unknown bound, as the declaration is: reinterpret_cast<S&>(name) must name
+// the shared memory itself, not a pointer variable; FlashInfer's prefill does that.)
 #define PB_EMU_DYNAMIC_SMEM(type, name, align) \
-  type* name = static_cast<type*>(::pb_emu::dynamic_smem(align, #name))
+  type(&name)[] = *static_cast<type(*)[]>(::pb_emu::dynamic_smem(align, #name))
 
 #define PB_EMU_SITE(what) \
   ::pb_emu::Site { what, file, line }
