@@ -154,7 +154,8 @@ inline void cp_async_wait_all(const char* file = __builtin_FILE(), int line = __
 }
 
 // ---- the inline PTX of FlashInfer's attention headers (PHASEBENCH_EMU_FLASHINFER) ----
-// Written from the PTX ISA; each has its test in tests/emu/test_emu_ptx_flashinfer.cpp.
+// Written from the PTX ISA. Exercised so far only through FlashInfer's decode
+// (tests/emu/flashinfer/); their own tests in tests/emu/ are still to be written.
 
 // '_' in an operand list (PTX's sink symbol: a destination whose value is discarded):
 // binds to any destination register.
