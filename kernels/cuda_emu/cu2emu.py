@@ -21,6 +21,7 @@ emulator messages point at the .cu source:
 Anything it cannot rewrite safely (a multi-instruction asm block, several
 __shared__ declarators in one statement) stops the build with the file and line.
 """
+import os
 import re
 import sys
 
@@ -370,12 +371,56 @@ def rewrite(src, path):
     return '#line 1 "%s"\n' % path + out
 
 
+# Synchronisation a library omits where the GPU does not need it for the result, and the
+# emulation does: each entry is the file (relative to the library's include root), the
+# exact source text (once in the file) and the call that goes before it, on the same line
+# (line numbers are kept). A text no longer found stops the build: a new version of the
+# library must be looked at again. Each is a finding about the library, kept in its
+# comment; the race check (counting build) reports each one without its entry.
+LIBRARY_SYNCS = [
+    # FlashInfer 0.6.9 prefill, write_o_reg_gmem (sm_80 path, without stmatrix), called by
+    # every thread of the block right after threadblock_sync_mdo_states:
+    # (1) With NUM_WARPS_KV > 1, every warp reads all warps' partial outputs from
+    #     cta_sync_o_smem, and warp 0 then writes its output tile to qo_smem, which
+    #     shares the union's first bytes with cta_sync_o_smem, with no barrier between:
+    #     the other warps may read what warp 0 wrote. They compute the same result as warp
+    #     0 and discard it (only warp 0 writes O and LSE), so the race is benign on the
+    #     GPU; the barrier here keeps the race check on for the rest of the kernel. It
+    #     also orders warp 0's own lanes, which read cta_sync_o_smem and then write over
+    #     it: the GPU runs them converged, the emulation's fibers one lane at a time.
+    ('flashinfer/attention/prefill.cuh',
+     'if (get_warp_idx_kv<KTraits>(tid.z) == 0) {\n#pragma unroll\n'
+     '      for (uint32_t mma_q = 0; mma_q < KTraits::NUM_MMA_Q; ++mma_q) {\n#pragma unroll\n'
+     '        for (uint32_t mma_d = 0; mma_d < KTraits::NUM_MMA_D_VO; ++mma_d) {\n'
+     '          uint32_t o_frag_f16[8 / 2];',
+     '__syncthreads(); '),
+    # (2) Each lane of warp 0 stores its output fragment to qo_smem, then copies 16-byte
+    #     rows that other lanes wrote out to global memory, with no __syncwarp between
+    #     (CUDA asks for one since Volta; the GPU runs the warp converged here, which
+    #     FlashInfer counts on; the emulation's fibers run one lane at a time).
+    ('flashinfer/attention/prefill.cuh',
+     'uint32_t o_smem_offset_w = o_smem->template get_permuted_offset<UPCAST_STRIDE_O>(\n'
+     '          warp_idx_x * KTraits::NUM_MMA_Q * 16 + lane_idx / 8, lane_idx % 8);',
+     '__syncwarp(); '),
+]
+
+
+def apply_library_syncs(src, rel):
+    for path, anchor, insert in LIBRARY_SYNCS:
+        if os.path.normpath(path) != os.path.normpath(rel):
+            continue
+        if src.count(anchor) != 1:
+            raise RewriteError('%s: the text before which cu2emu.py inserts %r is not there exactly once '
+                               '(a new version of the library? see LIBRARY_SYNCS)' % (rel, insert.strip()))
+        src = src.replace(anchor, insert + anchor)
+    return src
+
+
 def rewrite_tree(root, out_root, entries):
     """Rewrites the entry headers of a library's include tree `root` (paths relative to
     it) and every file they include with a quoted #include, transitively, into the same
     place under `out_root`, where the includes (relative to their includer) find the
     rewritten copies. Returns the relative paths written."""
-    import os
     todo, seen = list(entries), set()
     while todo:
         rel = os.path.normpath(todo.pop())
@@ -390,7 +435,7 @@ def rewrite_tree(root, out_root, entries):
                 todo.append(cand)
         # A library's header stays a system header (GCC's line marker, flag 3): its own
         # warnings are not ours to fix, as where it is installed.
-        out = rewrite(src, os.path.join(root, rel))
+        out = rewrite(apply_library_syncs(src, rel), os.path.join(root, rel))
         out = '# 1 "%s" 3\n' % os.path.join(root, rel) + out.split('\n', 1)[1]
         dst = os.path.join(out_root, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -427,6 +472,12 @@ def main():
     except RewriteError as e:
         sys.stderr.write('cu2emu: %s\n' % e)
         return 1
+    # An unchanged output keeps its time stamp (CMake's Ninja rules restat custom
+    # commands): a change to this script recompiles only the files it changes.
+    if os.path.exists(out_path):
+        with open(out_path) as f:
+            if f.read() == out:
+                return 0
     with open(out_path, 'w') as f:
         f.write(out)
     return 0
