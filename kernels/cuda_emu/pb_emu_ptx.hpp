@@ -154,8 +154,7 @@ inline void cp_async_wait_all(const char* file = __builtin_FILE(), int line = __
 }
 
 // ---- the inline PTX of FlashInfer's attention headers (PHASEBENCH_EMU_FLASHINFER) ----
-// Written from the PTX ISA. Exercised so far only through FlashInfer's decode
-// (tests/emu/flashinfer/); their own tests in tests/emu/ are still to be written.
+// Written from the PTX ISA; each has its own test in tests/emu/test_emu_ptx_forms.cpp.
 
 // '_' in an operand list (PTX's sink symbol: a destination whose value is discarded):
 // binds to any destination register.
@@ -218,17 +217,18 @@ inline void tanh_approx_f16x2(unsigned& d, unsigned a) {
 }
 
 // shfl.sync.bfly.b32 d, a, b, c, membermask: c packs the clamp value (c[4:0]) and the
-// segment mask (c[12:8]); CUDA's width w is c = ((32 - w) << 8) | 0x1f. Only that form
-// (clamp 0x1f, a contiguous segment) is taken here.
+// segment mask (c[12:8]); CUDA's width w (a power of two) is c = ((32 - w) << 8) | 0x1f,
+// for which the ISA's rule (lane j = lane ^ b[4:0] when j <= maxLane, else this lane)
+// is __shfl_xor_sync's. Only that form is taken here (other clamps fail the launch).
 template <class T>
 inline void shfl_sync_bfly_b32(T& d, T a, unsigned b, unsigned c, unsigned membermask,
                                const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   static_assert(sizeof(T) == 4, "shfl.sync.bfly.b32 moves 32-bit registers");
-  const unsigned segmask = c >> 8 & 0x1fu;
-  if ((c & 0x1fu) != 0x1fu || (segmask & (segmask + 1u)) != 0 || (c >> 13) != 0)
-    device_fail("shfl.sync.bfly.b32: operand c " + std::to_string(c) + " is not ((32 - width) << 8) | 0x1f");
-  d = shfl(membermask, a, static_cast<int>(b), static_cast<int>(32u - segmask), 1,
-           Site{"shfl.sync.bfly.b32", file, line});
+  const unsigned width = 32u - (c >> 8 & 0x1fu);
+  if ((c & 0x1fu) != 0x1fu || (width & (width - 1u)) != 0 || (c >> 13) != 0)
+    device_fail("shfl.sync.bfly.b32: operand c " + std::to_string(c) +
+                " is not ((32 - width) << 8) | 0x1f for a power-of-two width");
+  d = shfl(membermask, a, static_cast<int>(b), static_cast<int>(width), 1, Site{"shfl.sync.bfly.b32", file, line});
 }
 
 // mov.u32 d, %laneid.

@@ -79,7 +79,8 @@ void mma_m16n8k16_f32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)
 // c0..c3 / d0..d3 of the fp32 form packed two to a register (lower index in the low
 // half). The products are summed in fp32 and D rounded to nearest fp16 (the ISA leaves
 // the internal precision to the implementation; fp32 is at least what it guarantees).
-void mma_m16n8k16_f16(unsigned (&d)[2], const unsigned (&a)[4], const unsigned (&b)[2], const unsigned (&c)[2],
+// (Declared in pb_emu_ptx.hpp's namespace ptx.)
+void ptx::mma_m16n8k16_f16(unsigned (&d)[2], const unsigned (&a)[4], const unsigned (&b)[2], const unsigned (&c)[2],
                       const char* file, int line) {
   const float cf[4] = {element(c[0], 0, false), element(c[0], 1, false), element(c[1], 0, false),
                        element(c[1], 1, false)};
