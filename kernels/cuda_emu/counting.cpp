@@ -203,6 +203,7 @@ struct WarpLog {
   std::vector<Rec> recs;
   std::unordered_map<std::uintptr_t, std::array<std::uint32_t, 32>> occurrences;
   std::uint32_t sync_count = 0;  // __syncwarp completions in this barrier interval
+  std::uint32_t flushes = 0;     // times `occurrences` restarted (a new numbering of executions)
   std::vector<std::uint32_t> sync_masks;  // their masks, in order
 };
 
@@ -220,6 +221,8 @@ struct Shadow {
   bool w_collective = false, r_collective = false;
   bool r_many = false;  // more than one thread read it in r_bar's interval
   std::uintptr_t w_site = 0, r_site = 0;
+  // The writer's execution of w_site: its k-th since its warp's flush number w_flush.
+  std::uint32_t w_k = 0, w_flush = 0;
 };
 
 struct State {
@@ -330,6 +333,7 @@ void flush_warp(unsigned w) {
   if (w >= s.warps.size()) return;
   WarpLog& log = s.warps[w];
   log.occurrences.clear();
+  ++log.flushes;
   if (log.recs.empty()) return;
   if (!counting()) {
     log.recs.clear();
@@ -465,11 +469,16 @@ bool warp_synced_since(const WarpLog& w, std::uint32_t then, unsigned lane_a, bo
   return false;
 }
 
+constexpr std::uint32_t kNoExecution = ~0u;
+
 struct Accessor {
   unsigned tid;          // linear thread id
   bool collective;       // the whole warp (ldmatrix)
   std::uint32_t bar, sync;
   std::uintptr_t site;
+  // Which execution of `site` by this lane (the counters' k: the k-th since the warp's
+  // flush number `flush`), or kNoExecution where it is not numbered.
+  std::uint32_t k = kNoExecution, flush = 0;
 };
 
 // Whether earlier access `p` (of thread p_tid) is ordered before `c` by a barrier or a __syncwarp.
@@ -520,14 +529,16 @@ Shadow* shadow_at(std::size_t window) {
 
 // The hazards of an access by `c` to a byte: with its last writer, and for a write
 // also with its readers since.
-// A write by another lane of the same warp at the same store site, with no barrier or
-// __syncwarp since, is taken as the same warp-wide store instruction, where several
-// lanes naming one address is defined (one lane's value lands): FlashInfer's decode has
-// every lane of a row store the row's softmax state to one word. (A gap: the same site
-// executed in different loop iterations by two lanes is exempted too.)
+// A write by another lane of the same warp in the same warp-wide store instruction is
+// no race: several lanes of one store naming one address is defined (one lane's value
+// lands); FlashInfer's decode has every lane of a row store the row's softmax state to
+// one word. The same instruction is the same dynamic execution, as the counters take a
+// request: the same site, executed for the same (k-th) time by both lanes since their
+// warp's last synchronisation point (barrier, __syncwarp, warp collective). The same
+// site in different loop iterations (different k) is two instructions: a race.
 bool same_store_instruction(const Shadow& sh, const Accessor& c) {
-  return !sh.w_collective && !c.collective && sh.w_tid / 32 == c.tid / 32 && sh.w_site == c.site &&
-         sh.w_bar == c.bar && sh.w_sync == c.sync;
+  return !sh.w_collective && !c.collective && c.k != kNoExecution && sh.w_tid / 32 == c.tid / 32 &&
+         sh.w_site == c.site && sh.w_bar == c.bar && sh.w_sync == c.sync && sh.w_flush == c.flush && sh.w_k == c.k;
 }
 
 void check_hazards(const Shadow& sh, std::size_t window, const Accessor& c, bool write, const char* ww = "write after write",
@@ -571,6 +582,8 @@ void race_write(std::size_t window, std::size_t n, const Accessor& c, const char
     sh->w_bar = c.bar;
     sh->w_sync = c.sync;
     sh->w_site = c.site;
+    sh->w_k = c.k;
+    sh->w_flush = c.flush;
     sh->r_tid = kNoThread;
     sh->r_many = false;
   }
@@ -584,13 +597,22 @@ Accessor accessor_now(std::uintptr_t site, bool collective = false) {
 
 // ---- recording one access ------------------------------------------------------------------
 
-void log_access(Kind kind, std::uintptr_t addr, std::size_t bytes, std::uintptr_t site, std::int32_t alloc) {
+// This lane's execution of `site` (as `kind`): the k-th since its warp's last flush.
+std::uint32_t next_execution(Kind kind, std::uintptr_t site) {
+  State& s = st();
+  const unsigned warp = g_thread->warp;
+  if (warp >= s.warps.size()) return kNoExecution;
+  return s.warps[warp].occurrences[site ^ (static_cast<std::uintptr_t>(kind) << 56)][g_thread->lane]++;
+}
+
+// `k`: the access's execution number, when the caller has taken it (next_execution).
+void log_access(Kind kind, std::uintptr_t addr, std::size_t bytes, std::uintptr_t site, std::int32_t alloc,
+                std::uint32_t k = kNoExecution) {
   State& s = st();
   const unsigned lane = g_thread->lane, warp = g_thread->warp;
   if (warp >= s.warps.size()) return;
   WarpLog& w = s.warps[warp];
-  auto& occ = w.occurrences[site ^ (static_cast<std::uintptr_t>(kind) << 56)];
-  const std::uint32_t k = occ[lane]++;
+  if (k == kNoExecution) k = next_execution(kind, site);
   w.recs.push_back(Rec{site, addr, k, static_cast<std::uint16_t>(std::min<std::size_t>(bytes, 0xffff)),
                        static_cast<std::uint8_t>(lane), kind, alloc});
   // A warp that never synchronises (one long loop) is flushed now and then: a
@@ -818,14 +840,17 @@ void access(const void* p, std::size_t bytes, Kind kind, std::uintptr_t site) {
     if (shared) {
       const Kind sk = kind == Kind::gld ? Kind::sld : (kind == Kind::gst ? Kind::sst : Kind::satom);
       if (ThreadState* t = running_thread_state()) use_point(*t, false);
+      const std::uint32_t k = (s.racecheck || s.window) ? next_execution(sk, site) : kNoExecution;
       if (s.racecheck && sk != Kind::satom) {
-        const Accessor c = accessor_now(site);
+        Accessor c = accessor_now(site);
+        c.k = k;
+        c.flush = s.warps[g_thread->warp].flushes;
         if (sk == Kind::sld)
           race_read(window, bytes, c);
         else
           race_write(window, bytes, c);
       }
-      if (s.window) log_access(sk, window, bytes, site, -1);
+      if (s.window) log_access(sk, window, bytes, site, -1, k);
       return;
     }
     if (s.window) ++s.cur.other_accesses;

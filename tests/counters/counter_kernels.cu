@@ -159,6 +159,26 @@ __global__ void cp_async_in_use_kernel(const uint4* in, uint4* out) {
   out[32 + lane] = buf[(lane + 1) % 32];
 }
 
+// Lanes storing to one shared word with no barrier or __syncwarp between the stores.
+// Race: in iteration i lane i stores to word 0 (the others to words of their own), so
+// lane i's store to it is its (i+1)-th execution of the site, no other lane's: stores
+// of different iterations, unordered. No race: every lane stores its row's value (lane
+// / 4) to the row's word in one store instruction, then to word 8 + i in iteration i,
+// each time the same execution of the site by every lane (one value lands).
+template <bool Race>
+__global__ void same_word_stores_kernel(int* out) {
+  __shared__ int s[40];
+  const int lane = static_cast<int>(threadIdx.x);
+  if (Race) {
+    for (int i = 0; i < 8; ++i) s[lane == i ? 0 : 8 + lane] = i;
+  } else {
+    s[lane / 4] = lane / 4 * 10;
+    for (int i = 0; i < 4; ++i) s[8 + i] = i;
+  }
+  __syncwarp();
+  out[lane] = s[lane % 12];
+}
+
 }  // namespace
 
 void coalesced(const float* in, float* out, int n, cudaStream_t s) {
@@ -216,5 +236,7 @@ void no_race_syncwarp(const std::uint16_t* in, unsigned* out, cudaStream_t s) {
 }
 void race_cp_async_in_use(const uint4* in, uint4* out, cudaStream_t s) { cp_async_in_use_kernel<false><<<1, 32, 0, s>>>(in, out); }
 void no_race_cp_async(const uint4* in, uint4* out, cudaStream_t s) { cp_async_in_use_kernel<true><<<1, 32, 0, s>>>(in, out); }
+void race_same_word_other_iterations(int* out, cudaStream_t s) { same_word_stores_kernel<true><<<1, 32, 0, s>>>(out); }
+void no_race_same_word_one_instruction(int* out, cudaStream_t s) { same_word_stores_kernel<false><<<1, 32, 0, s>>>(out); }
 
 }  // namespace pb_count_test

@@ -45,5 +45,10 @@ void race_cp_async_in_use(const uint4* in, uint4* out, cudaStream_t s);  // cp.a
 void no_race_barrier(int* out, cudaStream_t s);
 void no_race_syncwarp(const std::uint16_t* in, unsigned* out, cudaStream_t s);
 void no_race_cp_async(const uint4* in, uint4* out, cudaStream_t s);
+// Lanes of one warp storing to one shared word with no __syncwarp: from different
+// executions of the store (loop iterations), a race; in one execution (one warp-wide
+// store instruction, as FlashInfer's decode stores a row's softmax state), none.
+void race_same_word_other_iterations(int* out, cudaStream_t s);
+void no_race_same_word_one_instruction(int* out, cudaStream_t s);
 
 }  // namespace pb_count_test

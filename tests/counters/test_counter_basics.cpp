@@ -257,6 +257,27 @@ TEST_F(Counters, ACpAsyncIntoABufferStillBeingReadIsARace) {
   EXPECT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
 }
 
+// Several lanes storing to one word in one warp-wide store is defined (one lane's value
+// lands); the same store site reached by lanes in different loop iterations is two
+// stores, unordered without a __syncwarp.
+TEST_F(Counters, OneStoreInstructionToOneWordIsNoRaceButStoresOfOtherIterationsAre) {
+  Dev<int> out(32);
+  pb_count_test::race_same_word_other_iterations(out.p, s_);
+  const cudaError_t e = cudaStreamSynchronize(s_);
+  ASSERT_EQ(e, cudaErrorLaunchFailure);
+  const std::string msg = cudaGetErrorString(e);
+  EXPECT_NE(msg.find("shared-memory race (write after write)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("counter_kernels.cu"), std::string::npos) << msg;
+  pb_emu::reset_after_failure_for_tests();
+  pb_count_test::no_race_same_word_one_instruction(out.p, s_);
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  const auto o = out.get();
+  for (int lane = 0; lane < 32; ++lane) {
+    const int w = lane % 12;
+    EXPECT_EQ(o[lane], w < 8 ? w * 10 : w - 8) << lane;
+  }
+}
+
 TEST_F(Counters, NothingIsRecordedOutsideAWindow) {
   Dev<float> in(256), out(256);
   in.set(std::vector<float>(256, 1.f));
