@@ -9,6 +9,7 @@
 #include <flashinfer/attention/scheduler.cuh>
 #include <flashinfer/attention/variants.cuh>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -51,6 +52,16 @@ std::optional<std::string> flashinfer_prefill_unsupported(const OpRequest& r) {
   return std::nullopt;
 }
 
+// The single-request kernel splits the keys when its grid does not fill the GPU, into
+// partials of (chunks x rows x D) outputs and an lse each; its chunk count is at most
+// resident CTAs / (KV heads x query tiles), so the partials are at most the resident
+// CTAs' rows: SMs x CTAs per SM (at most 8 here, with its shared memory) x 128 rows.
+// FlashInfer's Python wrapper hands it a fixed 32 MiB; this bound is never smaller.
+std::size_t single_tmp_bytes(const Context& ctx, int D, std::size_t es) {
+  const std::size_t rows = static_cast<std::size_t>(std::max(ctx.sm_count, 1)) * 8 * 128;
+  return std::max<std::size_t>(rows * (static_cast<std::size_t>(D) * es + sizeof(float)), std::size_t{32} << 20);
+}
+
 struct FlashInferPrefillPlan : PrefillAttentionPlan {};
 
 std::shared_ptr<const FlashInferPrefillPlan> plan_flashinfer_prefill(const OpRequest& r, const Context& ctx) {
@@ -63,8 +74,11 @@ std::shared_ptr<const FlashInferPrefillPlan> plan_flashinfer_prefill(const OpReq
   return make_plan<FlashInferPrefillPlan>(why, [&](FlashInferPrefillPlan& plan) {
     static_cast<PrefillAttentionPlan&>(plan) = *ours;
     plan.blas = false;
-    // One request needs no workspace (its own kernel splits nothing here); a batch its plan's.
-    plan.scratch_bytes = PrefillAttentionShape::of(r.shape).B > 1 ? kFloatWorkspaceBytes + kIntWorkspaceBytes : 0;
+    // A batch: its plan's workspaces. One request: the partials of its own KV split
+    // (single_tmp_bytes).
+    const auto s = PrefillAttentionShape::of(r.shape);
+    plan.scratch_bytes = s.B > 1 ? kFloatWorkspaceBytes + kIntWorkspaceBytes
+                                 : single_tmp_bytes(ctx, static_cast<int>(s.D), element_bytes(r.dtype));
   });
 }
 
@@ -99,6 +113,7 @@ class FlashInferPrefillOp final : public PrefillAttentionOp {
     const float sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p_.D)));
     if (p_.B == 1) {
       entry_ = "SinglePrefillWithKVCache";
+      tmp_ = DeviceBuffer(single_tmp_bytes(ctx, p_.D, element_bytes(r.dtype)));
       dispatch_fi(r.dtype, p_.D, [&](auto tag, auto d) {
         using T = decltype(tag);
         constexpr unsigned Dv = decltype(d)::value;
@@ -109,7 +124,7 @@ class FlashInferPrefillOp final : public PrefillAttentionOp {
                  /*window_left=*/-1, /*logits_soft_cap=*/0.f, sm_scale, /*rope_scale=*/1.f, /*rope_theta=*/1e4f);
         run_ = [this, params]() {
           fi_check(flashinfer::SinglePrefillWithKVCacheDispatched<Dv, Dv, kNoRope, kFp16QkReduction, kCausal, Variant>(
-                       params, /*tmp=*/nullptr, ctx_.stream),
+                       params, tmp_.as<T>(), ctx_.stream),
                    "SinglePrefillWithKVCache");
         };
       });
@@ -181,7 +196,7 @@ class FlashInferPrefillOp final : public PrefillAttentionOp {
 
  private:
   std::string entry_;
-  DeviceBuffer indptr_, float_ws_, int_ws_;
+  DeviceBuffer indptr_, float_ws_, int_ws_, tmp_;  // tmp_: one request's KV-split partials
   void* int_host_ = nullptr;
   flashinfer::PrefillPlanInfo info_;
   std::function<void()> run_;
