@@ -1,6 +1,7 @@
 // The summary a run ends with (and `phasebench summary FILE` prints): a warning
 // when the machine was busy, fraction of roofline per phase, op and
-// implementation (ours and the vendor library's apart), then each section the operations declare
+// implementation (ours and the vendor library's apart), ours vs the libraries on
+// the same points (versus.cpp), then each section the operations declare
 // (phasebench/report.hpp, in their order), how the points stopped sampling, and
 // energy. Nothing here is about one operation.
 #include "summary.hpp"
@@ -19,6 +20,7 @@
 #include "phasebench/op.hpp"
 #include "phasebench/report.hpp"
 #include "phasebench/roofline.hpp"
+#include "versus.hpp"
 
 namespace phasebench {
 
@@ -248,6 +250,7 @@ std::string summarize(const nlohmann::json& results) {
   out += load_warning(pb);
   out += bandwidth_note(pb);
   out += fraction_table(c);
+  out += versus_libraries(standing);
   // The operations' sections; a record the file holds is read, else computed
   // (files written before it).
   const auto& reg = OpRegistry::get();

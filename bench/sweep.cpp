@@ -335,6 +335,32 @@ void warn_beyond_positions(const ModelConfig& m, const std::vector<Point>& pts, 
 
 }  // namespace
 
+// The library rows a sweep has none of although its operations have them somewhere
+// (OpDecl::libraries) and the run did not leave them out (--impl): one warning each,
+// with why (the CPU backend has none; a CUDA build configured without their headers).
+void warn_missing_libraries(const SweepConfig& c, const Backend& backend, const std::vector<Point>& pts,
+                            std::vector<std::string>* warnings) {
+  if (!warnings) return;
+  const auto& reg = OpRegistry::get();
+  std::map<Impl, std::set<std::string>> kinds_of;  // library -> kinds of this sweep it has rows of somewhere
+  std::set<Impl> present;
+  for (const auto& p : pts) {
+    present.insert(p.request.impl);
+    for (Impl lib : reg.op(p.request.kind).libraries) kinds_of[lib].insert(p.request.kind);
+  }
+  for (const auto& [lib, kinds] : kinds_of) {
+    if (present.count(lib) || (!c.impls.empty() && !c.impls.count(lib))) continue;
+    std::string names;
+    for (const auto& k : kinds) names += (names.empty() ? "" : ", ") + k;
+    const bool cpu = backend.device().backend == "cpu";
+    warnings->push_back(
+        "no " + std::string(to_string(lib)) + " rows of " + names +
+        (cpu ? ": the cpu backend has none (the attention libraries' rows run on the CUDA backend)"
+             : ": this build has none (its headers were not found when it was configured: run scripts/setup, then "
+               "configure and build again)"));
+  }
+}
+
 std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend, std::vector<std::string>* warnings) {
   const auto& reg = OpRegistry::get();
   for (const auto& g : c.groups)
@@ -388,6 +414,7 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend, std
       add(g.points(scope));
     }
   }
+  warn_missing_libraries(c, backend, pts, warnings);
   return pts;
 }
 

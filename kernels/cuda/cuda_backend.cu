@@ -663,6 +663,8 @@ class CudaBackend final : public Backend {
                           std::to_string(cublas_patch);
     j["cublaslt_version"] = cublasLtGetVersion();
     j["cublaslt_workspace_bytes"] = kWorkspaceBytes;
+    all_ops();  // registers every implementation, and with them their libraries' versions
+    for (const auto& [lib, version] : library_versions()) j["libraries"][lib] = version;
     j["clocks"] = nvml_->available() ? "NVML (libnvidia-ml.so.1)" : nvml_->why_unavailable();
     if (functional_emulation()) j["functional_emulation"] = kEmulationCannotTime;
 #if PHASEBENCH_CUDA_EMU

@@ -45,6 +45,11 @@ std::function<std::shared_ptr<const OpPlan>(const OpRequest&, const Context&)> l
   };
 }
 
+std::map<std::string, std::string>& library_versions() {
+  static std::map<std::string, std::string> versions;
+  return versions;
+}
+
 const CudaOps& all_ops() {
   static const CudaOps ops = [] {
     CudaOps o;

@@ -27,6 +27,7 @@
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
 #include "cuda/decode_attention.cuh"
+#include "cuda/decode_attention_op.hpp"
 #include "cuda/decode_attention_plan.hpp"
 #include "cuda/dispatch.cuh"
 #include "phasebench/error.hpp"
@@ -173,147 +174,128 @@ void launch_decode_attention(const DecodeAttentionParams& p, int chunk, cudaStre
   });
 }
 
-// ---- the operation ----------------------------------------------------------------
+// ---- the operation (decode_attention_op.hpp) ---------------------------------------
 
-namespace {
-
-class DecodeAttentionOp final : public AttentionOpBase {
- public:
-  DecodeAttentionOp(Context& ctx, const OpRequest& r, const DecodeAttentionPlan& plan)
-      : AttentionOpBase(ctx, r), paged_(plan.paged), kv_t_(plan.kv_dtype), lengths_(plan.lengths), chunk_(plan.split.chunk),
-        p_(plan.params) {
-    const std::size_t es = element_bytes(r.dtype), cs = element_bytes(kv_t_);
-    const std::size_t q_elems = static_cast<std::size_t>(p_.B) * p_.S * p_.Hq * p_.D;
-    std::size_t kv_elems = static_cast<std::size_t>(p_.B) * p_.Hkv * p_.L * p_.D;
-    if (paged_) {
-      pool_ = BlockTable(r, r.options.as<DecodeAttentionOptions>().page_size, p_.B, static_cast<std::uint64_t>(p_.L));
-      kv_elems = static_cast<std::size_t>(p_.B) * pool_.pages_per_seq * p_.Hkv * pool_.page_size * p_.D;
-    }
-    q_ = DeviceBuffer(q_elems * es);
-    out_ = DeviceBuffer(q_elems * es);
-    k_ = DeviceBuffer(kv_elems * cs);
-    v_ = DeviceBuffer(kv_elems * cs);
-    if (kv_t_ == DType::fp8) {
-      const auto scales = reference::kv_head_scales(static_cast<std::size_t>(p_.Hkv));
-      scales_ = DeviceBuffer(scales.size() * sizeof(float));
-      upload(scales_.get(), scales.data(), scales_.bytes(), ctx.stream);
-      PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // `scales` goes out of scope
-    }
-    if (plan.split.workspace_floats) ws_ = DeviceBuffer(plan.split.workspace_floats * sizeof(float));
-    if (!lengths_.empty()) {
-      lengths_dev_ = DeviceBuffer(lengths_.size() * sizeof(int));
-      upload(lengths_dev_.get(), lengths_.data(), lengths_dev_.bytes(), ctx.stream);
-    }
-    fill_random(q_.get(), r.dtype, q_elems, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
-    PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
-    if (paged_) pool_.to_device(ctx.stream);
-    fill_kv_cache(k_.get(), kv_t_, kv_elems, pool_, r.seed, KvBuf::k, KvBuf::k_pool, p_.B, p_.Hkv, p_.L, p_.D, ctx.stream);
-    fill_kv_cache(v_.get(), kv_t_, kv_elems, pool_, r.seed, KvBuf::v, KvBuf::v_pool, p_.B, p_.Hkv, p_.L, p_.D, ctx.stream);
-    PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-
-    // The plan's params, pointed at this op's buffers.
-    p_.q = q_.get();
-    p_.out = out_.get();
-    p_.k = k_.get();
-    p_.v = v_.get();
-    p_.block_table = paged_ ? pool_.table() : nullptr;
-    p_.lengths = lengths_.empty() ? nullptr : lengths_dev_.as<int>();
-    p_.workspace = ws_.bytes() ? ws_.as<float>() : nullptr;
-    p_.kv_scales = p_.kv_fp8 ? scales_.as<float>() : nullptr;
+DecodeAttentionOp::DecodeAttentionOp(Context& ctx, const OpRequest& r, const DecodeAttentionPlan& plan)
+  : AttentionOpBase(ctx, r), paged_(plan.paged), kv_t_(plan.kv_dtype), lengths_(plan.lengths), chunk_(plan.split.chunk),
+      p_(plan.params) {
+  const std::size_t es = element_bytes(r.dtype), cs = element_bytes(kv_t_);
+  const std::size_t q_elems = static_cast<std::size_t>(p_.B) * p_.S * p_.Hq * p_.D;
+  std::size_t kv_elems = static_cast<std::size_t>(p_.B) * p_.Hkv * p_.L * p_.D;
+  if (paged_) {
+    pool_ = BlockTable(r, r.options.as<DecodeAttentionOptions>().page_size, p_.B, static_cast<std::uint64_t>(p_.L));
+    kv_elems = static_cast<std::size_t>(p_.B) * pool_.pages_per_seq * p_.Hkv * pool_.page_size * p_.D;
   }
+  q_ = DeviceBuffer(q_elems * es);
+  out_ = DeviceBuffer(q_elems * es);
+  k_ = DeviceBuffer(kv_elems * cs);
+  v_ = DeviceBuffer(kv_elems * cs);
+  if (kv_t_ == DType::fp8) {
+    const auto scales = reference::kv_head_scales(static_cast<std::size_t>(p_.Hkv));
+    scales_ = DeviceBuffer(scales.size() * sizeof(float));
+    upload(scales_.get(), scales.data(), scales_.bytes(), ctx.stream);
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // `scales` goes out of scope
+  }
+  if (plan.split.workspace_floats) ws_ = DeviceBuffer(plan.split.workspace_floats * sizeof(float));
+  if (!lengths_.empty()) {
+    lengths_dev_ = DeviceBuffer(lengths_.size() * sizeof(int));
+    upload(lengths_dev_.get(), lengths_.data(), lengths_dev_.bytes(), ctx.stream);
+  }
+  fill_random(q_.get(), r.dtype, q_elems, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
+  PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
+  if (paged_) pool_.to_device(ctx.stream);
+  fill_kv_cache(k_.get(), kv_t_, kv_elems, pool_, r.seed, KvBuf::k, KvBuf::k_pool, p_.B, p_.Hkv, p_.L, p_.D, ctx.stream);
+  fill_kv_cache(v_.get(), kv_t_, kv_elems, pool_, r.seed, KvBuf::v, KvBuf::v_pool, p_.B, p_.Hkv, p_.L, p_.D, ctx.stream);
+  PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 
-  void run() override { launch_decode_attention(p_, chunk_, ctx_.stream); }
+  // The plan's params, pointed at this op's buffers.
+  p_.q = q_.get();
+  p_.out = out_.get();
+  p_.k = k_.get();
+  p_.v = v_.get();
+  p_.block_table = paged_ ? pool_.table() : nullptr;
+  p_.lengths = lengths_.empty() ? nullptr : lengths_dev_.as<int>();
+  p_.workspace = ws_.bytes() ? ws_.as<float>() : nullptr;
+  p_.kv_scales = p_.kv_fp8 ? scales_.as<float>() : nullptr;
+}
 
-  void verify() override {
-    run();
+void DecodeAttentionOp::run() { launch_decode_attention(p_, chunk_, ctx_.stream); }
+
+void DecodeAttentionOp::verify() {
+  run();
+  PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
+  const DType t = r_.dtype;
+  const std::size_t es = element_bytes(kv_t_);  // the cache's element bytes
+  const int B = p_.B, Hq = p_.Hq, Hkv = p_.Hkv, S = p_.S;
+  const std::size_t D = static_cast<std::size_t>(p_.D), L = static_cast<std::size_t>(p_.L);
+  const auto scales = kv_t_ == DType::fp8 ? reference::kv_head_scales(static_cast<std::size_t>(Hkv))
+                                          : std::vector<float>(2 * static_cast<std::size_t>(Hkv), 1.0f);
+  const std::size_t q_elems = static_cast<std::size_t>(B) * S * Hq * D;
+  const std::vector<float> q = download_as_float(q_.get(), t, q_elems, ctx_.stream);
+  const std::vector<float> out = download_as_float(out_.get(), t, q_elems, ctx_.stream);
+  const int G = Hq / Hkv;
+  // (batch, kv head) pairs, each checked for all S*G of its query rows: all of
+  // them when there are at most 256 query rows in all, else a spread incl. the
+  // first and the last; fewer when the context is long (about 2^26 reference
+  // elements per cache).
+  const std::uint64_t pairs_total = static_cast<std::uint64_t>(B) * Hkv;
+  const std::uint64_t rows = static_cast<std::uint64_t>(S) * G;
+  const std::uint64_t by_heads = std::max<std::uint64_t>(2, (256 + rows - 1) / rows);
+  const std::uint64_t by_work = std::max<std::uint64_t>(2, (std::uint64_t{1} << 26) / (L * D * S));
+  const auto pairs = spread_sample(pairs_total, std::min(by_heads, by_work));
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p_.D)));
+  const reference::Tolerance tol = reference::tolerance_for(t);
+  std::vector<unsigned char> raw(2 * L * D * es);
+  std::vector<float> ref(D);
+  for (const std::uint64_t pair : pairs) {
+    const std::size_t b = pair / Hkv, h = pair % Hkv;
+    const std::size_t len = lengths_.empty() ? L : static_cast<std::size_t>(lengths_[b]);
+    // K and V of (b, h) as [len, D], read back from the device through the layout
+    // (the contiguous cache's stride is the longest context, L).
+    download_kv_rows(raw.data(), k_.get(), es, pool_, b, h, Hkv, L, len, D, ctx_.stream);
+    download_kv_rows(raw.data() + len * D * es, v_.get(), es, pool_, b, h, Hkv, L, len, D, ctx_.stream);
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
-    const DType t = r_.dtype;
-    const std::size_t es = element_bytes(kv_t_);  // the cache's element bytes
-    const int B = p_.B, Hq = p_.Hq, Hkv = p_.Hkv, S = p_.S;
-    const std::size_t D = static_cast<std::size_t>(p_.D), L = static_cast<std::size_t>(p_.L);
-    const auto scales = kv_t_ == DType::fp8 ? reference::kv_head_scales(static_cast<std::size_t>(Hkv))
-                                            : std::vector<float>(2 * static_cast<std::size_t>(Hkv), 1.0f);
-    const std::size_t q_elems = static_cast<std::size_t>(B) * S * Hq * D;
-    const std::vector<float> q = download_as_float(q_.get(), t, q_elems, ctx_.stream);
-    const std::vector<float> out = download_as_float(out_.get(), t, q_elems, ctx_.stream);
-    const int G = Hq / Hkv;
-    // (batch, kv head) pairs, each checked for all S*G of its query rows: all of
-    // them when there are at most 256 query rows in all, else a spread incl. the
-    // first and the last; fewer when the context is long (about 2^26 reference
-    // elements per cache).
-    const std::uint64_t pairs_total = static_cast<std::uint64_t>(B) * Hkv;
-    const std::uint64_t rows = static_cast<std::uint64_t>(S) * G;
-    const std::uint64_t by_heads = std::max<std::uint64_t>(2, (256 + rows - 1) / rows);
-    const std::uint64_t by_work = std::max<std::uint64_t>(2, (std::uint64_t{1} << 26) / (L * D * S));
-    const auto pairs = spread_sample(pairs_total, std::min(by_heads, by_work));
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p_.D)));
-    const reference::Tolerance tol = reference::tolerance_for(t);
-    std::vector<unsigned char> raw(2 * L * D * es);
-    std::vector<float> ref(D);
-    for (const std::uint64_t pair : pairs) {
-      const std::size_t b = pair / Hkv, h = pair % Hkv;
-      const std::size_t len = lengths_.empty() ? L : static_cast<std::size_t>(lengths_[b]);
-      // K and V of (b, h) as [len, D], read back from the device through the layout
-      // (the contiguous cache's stride is the longest context, L).
-      download_kv_rows(raw.data(), k_.get(), es, pool_, b, h, Hkv, L, len, D, ctx_.stream);
-      download_kv_rows(raw.data() + len * D * es, v_.get(), es, pool_, b, h, Hkv, L, len, D, ctx_.stream);
-      PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-      // The cache's values: its elements times the head's scales (1 for a 16-bit cache).
-      std::vector<float> kv = reference::to_float(raw.data(), kv_t_, 2 * len * D);
-      for (std::size_t i = 0; i < len * D; ++i) {
-        kv[i] *= scales[h];
-        kv[len * D + i] *= scales[static_cast<std::size_t>(Hkv) + h];
-      }
-      const float* K = kv.data();
-      const float* V = kv.data() + len * D;
-      for (int i = 0; i < S; ++i)
-        for (int g = 0; g < G; ++g) {
-          // New token i sees the keys up to its own position: len - S + 1 + i of them.
-          const std::size_t hq = h * G + g, seen = len - static_cast<std::size_t>(S) + 1 + static_cast<std::size_t>(i);
-          const std::size_t row = ((b * S + static_cast<std::size_t>(i)) * Hq + hq) * D;
-          reference::decode_attention_head(
-              q.data() + row, seen, D, scale, [&](std::size_t l) { return K + l * D; },
-              [&](std::size_t l) { return V + l * D; }, ref.data());
-          const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(row),
-                                       out.begin() + static_cast<std::ptrdiff_t>(row + D));
-          const std::vector<double> want(ref.begin(), ref.end());
-          // The kernel's own error is the output rounding (rtol), the tensor-core
-          // kernel's rounding of P to 16 bits before P V (as FlashAttention), and
-          // fp32 noise, all below the dtype's tolerance.
-          reference::check_rows_close(got, want, D, tol,
-                                      shape() + ", batch " + std::to_string(b) + ", new token " + std::to_string(i) +
-                                          ", query head " + std::to_string(hq) + " (elements are head_dim indices)");
-        }
+    // The cache's values: its elements times the head's scales (1 for a 16-bit cache).
+    std::vector<float> kv = reference::to_float(raw.data(), kv_t_, 2 * len * D);
+    for (std::size_t i = 0; i < len * D; ++i) {
+      kv[i] *= scales[h];
+      kv[len * D + i] *= scales[static_cast<std::size_t>(Hkv) + h];
     }
+    const float* K = kv.data();
+    const float* V = kv.data() + len * D;
+    for (int i = 0; i < S; ++i)
+      for (int g = 0; g < G; ++g) {
+        // New token i sees the keys up to its own position: len - S + 1 + i of them.
+        const std::size_t hq = h * G + g, seen = len - static_cast<std::size_t>(S) + 1 + static_cast<std::size_t>(i);
+        const std::size_t row = ((b * S + static_cast<std::size_t>(i)) * Hq + hq) * D;
+        reference::decode_attention_head(
+            q.data() + row, seen, D, scale, [&](std::size_t l) { return K + l * D; },
+            [&](std::size_t l) { return V + l * D; }, ref.data());
+        const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(row),
+                                     out.begin() + static_cast<std::ptrdiff_t>(row + D));
+        const std::vector<double> want(ref.begin(), ref.end());
+        // The kernel's own error is the output rounding (rtol), the tensor-core
+        // kernel's rounding of P to 16 bits before P V (as FlashAttention), and
+        // fp32 noise, all below the dtype's tolerance.
+        reference::check_rows_close(got, want, D, tol,
+                                    shape() + ", batch " + std::to_string(b) + ", new token " + std::to_string(i) +
+                                        ", query head " + std::to_string(hq) + " (elements are head_dim indices)");
+      }
   }
+}
 
-  int splits() const override { return p_.splits; }
-
- private:
-  const DeviceBuffer& output() const override { return out_; }
-  std::string shape() const {
-    std::ostringstream os;
-    os << (paged_ ? "decode attention (paged)" : "decode attention") << " " << to_string(r_.dtype)
-       << (kv_t_ == DType::fp8 ? " fp8 cache" : "") << " B=" << p_.B
-       << " Hq=" << p_.Hq << " Hkv=" << p_.Hkv << " L=" << p_.L << " D=" << p_.D;
-    if (p_.S > 1) os << " S=" << p_.S;
-    if (!lengths_.empty()) os << " contexts " << r_.options.as<DecodeAttentionOptions>().context_dist.text() << " (longest " << p_.L << ")";
-    if (paged_) os << " page_size=" << pool_.page_size;
-    os << " splits=" << p_.splits;
-    return os.str();
-  }
-
-  bool paged_;
-  DType kv_t_;
-  std::vector<int> lengths_;  // each sequence's context when ragged, else empty
-  int chunk_ = 1;
-  DeviceBuffer q_, out_, k_, v_, ws_, scales_, lengths_dev_;
-  BlockTable pool_;  // paged only
-  DecodeAttentionParams p_;
-};
-
-}  // namespace
+std::string DecodeAttentionOp::shape() const {
+  std::ostringstream os;
+  os << (paged_ ? "decode attention (paged)" : "decode attention") << " " << to_string(r_.dtype)
+     << (kv_t_ == DType::fp8 ? " fp8 cache" : "") << " B=" << p_.B
+     << " Hq=" << p_.Hq << " Hkv=" << p_.Hkv << " L=" << p_.L << " D=" << p_.D;
+  if (p_.S > 1) os << " S=" << p_.S;
+  if (!lengths_.empty()) os << " contexts " << r_.options.as<DecodeAttentionOptions>().context_dist.text() << " (longest " << p_.L << ")";
+  if (paged_) os << " page_size=" << pool_.page_size;
+  os << " splits=" << p_.splits;
+  return os.str();
+}
 
 }  // namespace phasebench::cuda
 

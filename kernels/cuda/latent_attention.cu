@@ -17,6 +17,7 @@
 #include "cuda/cuda_op.hpp"
 #include "cuda/dispatch.cuh"
 #include "cuda/latent_attention.cuh"
+#include "cuda/latent_attention_op.hpp"
 #include "cuda/latent_attention_plan.hpp"
 #include "phasebench/ops/latent_attention.hpp"
 
@@ -76,103 +77,86 @@ int latent_attention_ctas_per_sm(DType dtype, bool paged) {
 
 // ---- the operation ----------------------------------------------------------------
 
-namespace {
+// ---- the operation (latent_attention_op.hpp) ---------------------------------------
 
-class LatentAttentionOp final : public AttentionOpBase {
- public:
-  LatentAttentionOp(Context& ctx, const OpRequest& r, const LatentAttentionPlan& plan)
-      : AttentionOpBase(ctx, r), paged_(plan.paged), B_(plan.B), H_(plan.H), L_(plan.L) {
-    const std::size_t es = element_bytes(r.dtype);
-    const std::size_t q_elems = static_cast<std::size_t>(B_) * H_ * kW;
-    std::size_t cache_elems = static_cast<std::size_t>(B_) * L_ * kW;
-    if (paged_) {
-      pool_ = BlockTable(r, r.options.as<LatentAttentionOptions>().page_size, B_, static_cast<std::uint64_t>(L_));
-      cache_elems = static_cast<std::size_t>(B_) * pool_.pages_per_seq * pool_.page_size * kW;
-    }
-    q_ = DeviceBuffer(q_elems * es);
-    out_ = DeviceBuffer(static_cast<std::size_t>(B_) * H_ * kR * es);
-    cache_ = DeviceBuffer(cache_elems * es);
-    if (plan.split.workspace_floats) ws_ = DeviceBuffer(plan.split.workspace_floats * sizeof(float));
-    fill_random(q_.get(), r.dtype, q_elems, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
-    PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
-    if (paged_) pool_.to_device(ctx.stream);
-    // One latent row per token: a cache of one KV head of width kW.
-    fill_kv_cache(cache_.get(), r.dtype, cache_elems, pool_, r.seed, KvBuf::k, KvBuf::k_pool, B_, 1, L_, kW, ctx.stream);
-    PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    l_.B = B_;
-    l_.head_tiles = (H_ + kHeads - 1) / kHeads;
-    l_.p.q = q_.as<std::uint16_t>();
-    l_.p.out = out_.as<std::uint16_t>();
-    l_.p.cache = cache_.as<std::uint16_t>();
-    l_.p.block_table = paged_ ? pool_.table() : nullptr;
-    l_.p.part = ws_.bytes() ? ws_.as<float>() : nullptr;
-    l_.p.H = H_;
-    l_.p.L = L_;
-    l_.p.page_size = pool_.page_size;
-    l_.p.pages_per_seq = pool_.pages_per_seq;
-    l_.p.chunk = plan.split.chunk;
-    l_.p.splits = plan.split.splits;
-    l_.p.scale_log2 = plan.scale_log2;
+LatentAttentionOp::LatentAttentionOp(Context& ctx, const OpRequest& r, const LatentAttentionPlan& plan)
+  : AttentionOpBase(ctx, r), paged_(plan.paged), B_(plan.B), H_(plan.H), L_(plan.L) {
+  const std::size_t es = element_bytes(r.dtype);
+  const std::size_t q_elems = static_cast<std::size_t>(B_) * H_ * kW;
+  std::size_t cache_elems = static_cast<std::size_t>(B_) * L_ * kW;
+  if (paged_) {
+    pool_ = BlockTable(r, r.options.as<LatentAttentionOptions>().page_size, B_, static_cast<std::uint64_t>(L_));
+    cache_elems = static_cast<std::size_t>(B_) * pool_.pages_per_seq * pool_.page_size * kW;
   }
+  q_ = DeviceBuffer(q_elems * es);
+  out_ = DeviceBuffer(static_cast<std::size_t>(B_) * H_ * kR * es);
+  cache_ = DeviceBuffer(cache_elems * es);
+  if (plan.split.workspace_floats) ws_ = DeviceBuffer(plan.split.workspace_floats * sizeof(float));
+  fill_random(q_.get(), r.dtype, q_elems, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
+  PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
+  if (paged_) pool_.to_device(ctx.stream);
+  // One latent row per token: a cache of one KV head of width kW.
+  fill_kv_cache(cache_.get(), r.dtype, cache_elems, pool_, r.seed, KvBuf::k, KvBuf::k_pool, B_, 1, L_, kW, ctx.stream);
+  PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  p_.q = q_.as<std::uint16_t>();
+  p_.out = out_.as<std::uint16_t>();
+  p_.cache = cache_.as<std::uint16_t>();
+  p_.block_table = paged_ ? pool_.table() : nullptr;
+  p_.part = ws_.bytes() ? ws_.as<float>() : nullptr;
+  p_.H = H_;
+  p_.L = L_;
+  p_.page_size = pool_.page_size;
+  p_.pages_per_seq = pool_.pages_per_seq;
+  p_.chunk = plan.split.chunk;
+  p_.splits = plan.split.splits;
+  p_.scale_log2 = plan.scale_log2;
+}
 
-  void run() override { launch(r_.dtype, paged_, l_, ctx_.stream); }
+void LatentAttentionOp::run() { launch(r_.dtype, paged_, Launch{p_, B_, (H_ + kHeads - 1) / kHeads}, ctx_.stream); }
 
-  void verify() override {
-    run();
+void LatentAttentionOp::verify() {
+  run();
+  PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
+  const DType t = r_.dtype;
+  const std::size_t es = element_bytes(t), L = static_cast<std::size_t>(L_);
+  const std::vector<float> q = download_as_float(q_.get(), t, static_cast<std::size_t>(B_) * H_ * kW, ctx_.stream);
+  const std::vector<float> out = download_as_float(out_.get(), t, static_cast<std::size_t>(B_) * H_ * kR, ctx_.stream);
+  // Sequences: a spread incl. the first and the last, fewer at long contexts
+  // (about 2^27 reference multiply-adds); heads: all up to 24, else a spread
+  // incl. the first and the last (so the masked last tile is checked).
+  const auto heads = spread_sample(static_cast<std::uint64_t>(H_), 24);
+  const std::uint64_t per_seq = heads.size() * L * kW;
+  const auto seqs = spread_sample(static_cast<std::uint64_t>(B_),
+                                  std::max<std::uint64_t>(2, (std::uint64_t{1} << 27) / std::max<std::uint64_t>(per_seq, 1)));
+  const float scale = latent_attention_scale(r_);
+  std::vector<unsigned char> raw(L * kW * es);
+  std::vector<double> ref(kR);
+  for (const std::uint64_t b : seqs) {
+    download_kv_rows(raw.data(), cache_.get(), es, pool_, b, 0, 1, L, L, kW, ctx_.stream);
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
-    const DType t = r_.dtype;
-    const std::size_t es = element_bytes(t), L = static_cast<std::size_t>(L_);
-    const std::vector<float> q = download_as_float(q_.get(), t, static_cast<std::size_t>(B_) * H_ * kW, ctx_.stream);
-    const std::vector<float> out = download_as_float(out_.get(), t, static_cast<std::size_t>(B_) * H_ * kR, ctx_.stream);
-    // Sequences: a spread incl. the first and the last, fewer at long contexts
-    // (about 2^27 reference multiply-adds); heads: all up to 24, else a spread
-    // incl. the first and the last (so the masked last tile is checked).
-    const auto heads = spread_sample(static_cast<std::uint64_t>(H_), 24);
-    const std::uint64_t per_seq = heads.size() * L * kW;
-    const auto seqs = spread_sample(static_cast<std::uint64_t>(B_),
-                                    std::max<std::uint64_t>(2, (std::uint64_t{1} << 27) / std::max<std::uint64_t>(per_seq, 1)));
-    const float scale = latent_attention_scale(r_);
-    std::vector<unsigned char> raw(L * kW * es);
-    std::vector<double> ref(kR);
-    for (const std::uint64_t b : seqs) {
-      download_kv_rows(raw.data(), cache_.get(), es, pool_, b, 0, 1, L, L, kW, ctx_.stream);
-      PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-      const std::vector<float> C = reference::to_float(raw.data(), t, L * kW);
-      for (const std::uint64_t h : heads) {
-        const std::size_t bh = b * H_ + h;
-        reference::latent_attention_head(q.data() + bh * kW, L, kR, kP, scale,
-                                         [&](std::size_t l) { return C.data() + l * kW; }, ref.data());
-        const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(bh * kR),
-                                     out.begin() + static_cast<std::ptrdiff_t>((bh + 1) * kR));
-        reference::check_rows_close(got, ref, kR, reference::tolerance_for(t),
-                                    shape() + ", batch " + std::to_string(b) + ", head " + std::to_string(h) +
-                                        " (elements are latent columns)");
-      }
+    const std::vector<float> C = reference::to_float(raw.data(), t, L * kW);
+    for (const std::uint64_t h : heads) {
+      const std::size_t bh = b * H_ + h;
+      reference::latent_attention_head(q.data() + bh * kW, L, kR, kP, scale,
+                                       [&](std::size_t l) { return C.data() + l * kW; }, ref.data());
+      const std::vector<float> got(out.begin() + static_cast<std::ptrdiff_t>(bh * kR),
+                                   out.begin() + static_cast<std::ptrdiff_t>((bh + 1) * kR));
+      reference::check_rows_close(got, ref, kR, reference::tolerance_for(t),
+                                  shape() + ", batch " + std::to_string(b) + ", head " + std::to_string(h) +
+                                      " (elements are latent columns)");
     }
   }
+}
 
-  int splits() const override { return l_.p.splits; }
-
- private:
-  const DeviceBuffer& output() const override { return out_; }
-  std::string shape() const {
-    std::ostringstream os;
-    os << (paged_ ? "MLA decode attention (paged)" : "MLA decode attention") << " " << to_string(r_.dtype)
-       << " B=" << B_ << " H=" << H_ << " L=" << L_ << " R=" << kR << " P=" << kP;
-    if (paged_) os << " page_size=" << pool_.page_size;
-    os << " splits=" << l_.p.splits;
-    return os.str();
-  }
-
-  bool paged_;
-  int B_ = 0, H_ = 0, L_ = 0;
-  DeviceBuffer q_, out_, cache_, ws_;
-  BlockTable pool_;  // paged only
-  Launch l_;
-};
-
-}  // namespace
+std::string LatentAttentionOp::shape() const {
+  std::ostringstream os;
+  os << (paged_ ? "MLA decode attention (paged)" : "MLA decode attention") << " " << to_string(r_.dtype)
+     << " B=" << B_ << " H=" << H_ << " L=" << L_ << " R=" << kR << " P=" << kP;
+  if (paged_) os << " page_size=" << pool_.page_size;
+  os << " splits=" << p_.splits;
+  return os.str();
+}
 
 }  // namespace phasebench::cuda
 

@@ -73,15 +73,7 @@ static_assert(kTokens * kVecPerRow % kThreads == 0, "tile loads per thread");
 static_assert((kLds * 2) % 16 == 0, "16-byte aligned shared rows");
 
 
-struct LatentParams {
-  const std::uint16_t* q;      // [B, H, 576]
-  std::uint16_t* out;          // [B, H, 512]
-  const std::uint16_t* cache;  // [B, L, 576] or pages [pages, page_size, 576]
-  const std::int32_t* block_table;  // paged: [B, pages_per_seq]
-  float* part;                 // splits > 1: [B * H][splits][512 + 2]
-  int H, L, page_size, pages_per_seq, chunk, splits;
-  float scale_log2;            // softmax scale * log2(e)
-};
+// LatentParams: latent_attention.hpp.
 
 template <class Tag, bool Paged>
 __global__ void __launch_bounds__(kThreads, 2) latent_attention_kernel(LatentParams p) {

@@ -8,6 +8,7 @@
 // latent_attention.cuh, the plan latent_attention_plan.hpp, the operation
 // latent_attention.cu; this is what the plan asks of the kernels.
 #include <cstddef>
+#include <cstdint>
 
 #include "phasebench/dtype.hpp"
 
@@ -20,6 +21,17 @@ inline constexpr int kLatentRank = 512;
 inline constexpr int kLatentRopeDim = 64;
 inline constexpr int kLatentHeadsPerCta = 16;
 inline constexpr int kLatentTileTokens = 32;
+
+// What the attention kernel takes (the launcher sizes its grid from B and H).
+struct LatentParams {
+  const std::uint16_t* q;      // [B, H, 576]
+  std::uint16_t* out;          // [B, H, 512]
+  const std::uint16_t* cache;  // [B, L, 576] or pages [pages, page_size, 576]
+  const std::int32_t* block_table;  // paged: [B, pages_per_seq]
+  float* part;                 // splits > 1: [B * H][splits][512 + 2]
+  int H, L, page_size, pages_per_seq, chunk, splits;
+  float scale_log2;            // softmax scale * log2(e)
+};
 
 // The attention kernel's dynamic shared memory per block (bytes).
 std::size_t latent_attention_smem_bytes();

@@ -22,6 +22,7 @@
 #include "cuda/cuda_op.hpp"
 #include "cuda/dispatch.cuh"
 #include "cuda/prefill_attention.cuh"
+#include "cuda/prefill_attention_op.hpp"
 #include "cuda/prefill_attention_plan.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/prefill_attention.hpp"
@@ -116,116 +117,102 @@ void launch_prefill_blas(const PrefillAttentionParams& p, float* scores, const v
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// ---- the operation ----------------------------------------------------------------
+// ---- the operation (prefill_attention_op.hpp) --------------------------------------
 
-namespace {
+PrefillAttentionOp::PrefillAttentionOp(Context& ctx, const OpRequest& r, const PrefillAttentionPlan& plan)
+  : AttentionOpBase(ctx, r), blas_(plan.blas), p_(plan.params) {
+  const std::size_t es = element_bytes(r.dtype);
+  q_elems_ = static_cast<std::size_t>(p_.B) * p_.S * p_.Hq * p_.D;
+  kv_elems_ = static_cast<std::size_t>(p_.B) * p_.S * p_.Hkv * p_.D;
+  q_ = DeviceBuffer(q_elems_ * es);
+  k_ = DeviceBuffer(kv_elems_ * es);
+  v_ = DeviceBuffer(kv_elems_ * es);
+  out_ = DeviceBuffer(q_elems_ * es);
+  if (blas_)
+    scores_ = DeviceBuffer(prefill_blas_scores_bytes(static_cast<std::uint64_t>(p_.B), static_cast<std::uint64_t>(p_.Hq),
+                                                     static_cast<std::uint64_t>(p_.S)));
+  fill_random(q_.get(), r.dtype, q_elems_, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
+  fill_random(k_.get(), r.dtype, kv_elems_, seed_of(r.seed, KvBuf::k), 1.0f, ctx.stream);
+  fill_random(v_.get(), r.dtype, kv_elems_, seed_of(r.seed, KvBuf::v), 1.0f, ctx.stream);
+  PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
+  // The context's cuBLAS handle is already bound to its stream and workspace
+  // (cublasSetStream here would silently drop the workspace).
+  if (blas_ && ctx.cublas == nullptr)
+    throw std::logic_error("prefill attention (cuBLAS): the context has no cuBLAS handle");
+  PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  p_.q = q_.get();
+  p_.k = k_.get();
+  p_.v = v_.get();
+  p_.out = out_.get();
+  if (blas_) {
+    const auto ptrs = prefill_blas_pointers(p_, scores_.as<float>());
+    blas_ptrs_ = DeviceBuffer(ptrs.size() * sizeof(void*));
+    upload(blas_ptrs_.get(), ptrs.data(), blas_ptrs_.bytes(), ctx.stream);
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // `ptrs` goes out of scope
+  }
+}
 
-class PrefillAttentionOp final : public AttentionOpBase {
- public:
-  PrefillAttentionOp(Context& ctx, const OpRequest& r, const PrefillAttentionPlan& plan)
-      : AttentionOpBase(ctx, r), blas_(plan.blas), p_(plan.params) {
-    const std::size_t es = element_bytes(r.dtype);
-    q_elems_ = static_cast<std::size_t>(p_.B) * p_.S * p_.Hq * p_.D;
-    kv_elems_ = static_cast<std::size_t>(p_.B) * p_.S * p_.Hkv * p_.D;
-    q_ = DeviceBuffer(q_elems_ * es);
-    k_ = DeviceBuffer(kv_elems_ * es);
-    v_ = DeviceBuffer(kv_elems_ * es);
-    out_ = DeviceBuffer(q_elems_ * es);
-    if (blas_)
-      scores_ = DeviceBuffer(prefill_blas_scores_bytes(static_cast<std::uint64_t>(p_.B), static_cast<std::uint64_t>(p_.Hq),
-                                                       static_cast<std::uint64_t>(p_.S)));
-    fill_random(q_.get(), r.dtype, q_elems_, seed_of(r.seed, KvBuf::q), 1.0f, ctx.stream);
-    fill_random(k_.get(), r.dtype, kv_elems_, seed_of(r.seed, KvBuf::k), 1.0f, ctx.stream);
-    fill_random(v_.get(), r.dtype, kv_elems_, seed_of(r.seed, KvBuf::v), 1.0f, ctx.stream);
-    PB_CUDA_CHECK(cudaMemsetAsync(out_.get(), 0, out_.bytes(), ctx.stream));
-    // The context's cuBLAS handle is already bound to its stream and workspace
-    // (cublasSetStream here would silently drop the workspace).
-    if (blas_ && ctx.cublas == nullptr)
-      throw std::logic_error("prefill attention (cuBLAS): the context has no cuBLAS handle");
-    PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    p_.q = q_.get();
-    p_.k = k_.get();
-    p_.v = v_.get();
-    p_.out = out_.get();
-    if (blas_) {
-      const auto ptrs = prefill_blas_pointers(p_, scores_.as<float>());
-      blas_ptrs_ = DeviceBuffer(ptrs.size() * sizeof(void*));
-      upload(blas_ptrs_.get(), ptrs.data(), blas_ptrs_.bytes(), ctx.stream);
-      PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // `ptrs` goes out of scope
+void PrefillAttentionOp::run() {
+  if (blas_)
+    launch_prefill_blas(p_, scores_.as<float>(), static_cast<const void* const*>(blas_ptrs_.get()), ctx_.cublas,
+                        ctx_.stream);
+  else
+    launch_prefill_flash(p_, ctx_.stream);
+}
+
+void PrefillAttentionOp::verify() {
+  run();
+  PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
+  const DType t = r_.dtype;
+  const std::size_t es = element_bytes(t);
+  const int B = p_.B, S = p_.S, Hq = p_.Hq, Hkv = p_.Hkv, G = Hq / Hkv;
+  const std::size_t D = static_cast<std::size_t>(p_.D);
+  // (batch, head) pairs: corners and the middle.
+  std::vector<std::pair<int, int>> heads = {{0, 0}, {B - 1, Hq - 1}, {B / 2, Hq / 2}, {0, Hq - 1}, {B - 1, 0}};
+  std::sort(heads.begin(), heads.end());
+  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+  // Rows around the flash kernel's 128-row CTAs, 64- and 32-key tiles and 16-row
+  // warps (and the cuBLAS path's same rows).
+  std::vector<std::uint64_t> rows;
+  for (std::uint64_t tile : {128u, 64u, 32u, 16u})
+    for (std::uint64_t r : reference::prefill_rows_to_check(static_cast<std::uint64_t>(S), tile)) rows.push_back(r);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const reference::Tolerance tol = reference::tolerance_for(t);
+  std::vector<float> ref(D);
+  for (const auto& [b, hq] : heads) {
+    const int hkv = hq / G;
+    const std::size_t qrow0 = (static_cast<std::size_t>(b) * S * Hq + hq) * D;
+    const std::size_t krow0 = (static_cast<std::size_t>(b) * S * Hkv + hkv) * D;
+    const auto q = download_2d_as_float(byte_ptr(q_.get(), qrow0, es), t, S, D, Hq * D, ctx_.stream);
+    const auto o = download_2d_as_float(byte_ptr(out_.get(), qrow0, es), t, S, D, Hq * D, ctx_.stream);
+    const auto k = download_2d_as_float(byte_ptr(k_.get(), krow0, es), t, S, D, Hkv * D, ctx_.stream);
+    const auto v = download_2d_as_float(byte_ptr(v_.get(), krow0, es), t, S, D, Hkv * D, ctx_.stream);
+    for (const std::uint64_t row : rows) {
+      const int i = static_cast<int>(row);  // row < S, which fits in int
+      reference::prefill_attention_row(
+          q.data() + i * D, static_cast<std::size_t>(i), D, scale, [&](std::size_t l) { return k.data() + l * D; },
+          [&](std::size_t l) { return v.data() + l * D; }, ref.data());
+      const std::vector<float> got(o.begin() + static_cast<std::ptrdiff_t>(i * D),
+                                   o.begin() + static_cast<std::ptrdiff_t>((i + 1) * D));
+      const std::vector<double> want(ref.begin(), ref.end());
+      // atol scaled by the row's RMS: late rows average many keys and are small,
+      // so a fixed atol would accept a kernel that drops a whole key tile.
+      reference::check_rows_close(got, want, D, tol,
+                                  shape() + ", batch " + std::to_string(b) + ", query head " + std::to_string(hq) +
+                                      ", row " + std::to_string(i) + " (elements are head_dim indices)");
     }
   }
+}
 
-  void run() override {
-    if (blas_)
-      launch_prefill_blas(p_, scores_.as<float>(), static_cast<const void* const*>(blas_ptrs_.get()), ctx_.cublas,
-                          ctx_.stream);
-    else
-      launch_prefill_flash(p_, ctx_.stream);
-  }
-
-  void verify() override {
-    run();
-    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    corrupt_for_test(fault_, out_.get(), out_.bytes(), ctx_.stream);
-    const DType t = r_.dtype;
-    const std::size_t es = element_bytes(t);
-    const int B = p_.B, S = p_.S, Hq = p_.Hq, Hkv = p_.Hkv, G = Hq / Hkv;
-    const std::size_t D = static_cast<std::size_t>(p_.D);
-    // (batch, head) pairs: corners and the middle.
-    std::vector<std::pair<int, int>> heads = {{0, 0}, {B - 1, Hq - 1}, {B / 2, Hq / 2}, {0, Hq - 1}, {B - 1, 0}};
-    std::sort(heads.begin(), heads.end());
-    heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
-    // Rows around the flash kernel's 128-row CTAs, 64- and 32-key tiles and 16-row
-    // warps (and the cuBLAS path's same rows).
-    std::vector<std::uint64_t> rows;
-    for (std::uint64_t tile : {128u, 64u, 32u, 16u})
-      for (std::uint64_t r : reference::prefill_rows_to_check(static_cast<std::uint64_t>(S), tile)) rows.push_back(r);
-    std::sort(rows.begin(), rows.end());
-    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-    const reference::Tolerance tol = reference::tolerance_for(t);
-    std::vector<float> ref(D);
-    for (const auto& [b, hq] : heads) {
-      const int hkv = hq / G;
-      const std::size_t qrow0 = (static_cast<std::size_t>(b) * S * Hq + hq) * D;
-      const std::size_t krow0 = (static_cast<std::size_t>(b) * S * Hkv + hkv) * D;
-      const auto q = download_2d_as_float(byte_ptr(q_.get(), qrow0, es), t, S, D, Hq * D, ctx_.stream);
-      const auto o = download_2d_as_float(byte_ptr(out_.get(), qrow0, es), t, S, D, Hq * D, ctx_.stream);
-      const auto k = download_2d_as_float(byte_ptr(k_.get(), krow0, es), t, S, D, Hkv * D, ctx_.stream);
-      const auto v = download_2d_as_float(byte_ptr(v_.get(), krow0, es), t, S, D, Hkv * D, ctx_.stream);
-      for (const std::uint64_t row : rows) {
-        const int i = static_cast<int>(row);  // row < S, which fits in int
-        reference::prefill_attention_row(
-            q.data() + i * D, static_cast<std::size_t>(i), D, scale, [&](std::size_t l) { return k.data() + l * D; },
-            [&](std::size_t l) { return v.data() + l * D; }, ref.data());
-        const std::vector<float> got(o.begin() + static_cast<std::ptrdiff_t>(i * D),
-                                     o.begin() + static_cast<std::ptrdiff_t>((i + 1) * D));
-        const std::vector<double> want(ref.begin(), ref.end());
-        // atol scaled by the row's RMS: late rows average many keys and are small,
-        // so a fixed atol would accept a kernel that drops a whole key tile.
-        reference::check_rows_close(got, want, D, tol,
-                                    shape() + ", batch " + std::to_string(b) + ", query head " + std::to_string(hq) +
-                                        ", row " + std::to_string(i) + " (elements are head_dim indices)");
-      }
-    }
-  }
-
- private:
-  const DeviceBuffer& output() const override { return out_; }
-  std::string shape() const {
-    std::ostringstream os;
-    os << "prefill attention (" << (blas_ ? "cuBLAS" : "flash") << ") " << to_string(r_.dtype)
-       << " B=" << p_.B << " S=" << p_.S << " Hq=" << p_.Hq << " Hkv=" << p_.Hkv << " D=" << p_.D;
-    return os.str();
-  }
-
-  bool blas_;
-  std::size_t q_elems_ = 0, kv_elems_ = 0;
-  DeviceBuffer q_, k_, v_, out_, scores_, blas_ptrs_;  // blas_ptrs_: the cuBLAS path's pointer arrays
-  PrefillAttentionParams p_;
-};
-
-}  // namespace
+std::string PrefillAttentionOp::shape() const {
+  std::ostringstream os;
+  os << "prefill attention (" << (blas_ ? "cuBLAS" : "flash") << ") " << to_string(r_.dtype)
+     << " B=" << p_.B << " S=" << p_.S << " Hq=" << p_.Hq << " Hkv=" << p_.Hkv << " D=" << p_.D;
+  return os.str();
+}
 
 }  // namespace phasebench::cuda
 

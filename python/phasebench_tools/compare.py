@@ -7,8 +7,12 @@ Run as `phasebench-compare` or `.venv/bin/python scripts/compare.py` (a thin wra
         [--fail-on-regression PCT] [--alpha 0.05] [--same-within 2]
         [--significance auto|mannwhitney|minmax] [--filter REGEX]
         [--verdicts-on time|fraction]
+    phasebench-compare FILE --impl own --against flashinfer [same options]
 
-The first file is the reference. Points are matched on their structured key (phase, op,
+The first file is the reference. With --impl A --against B, one file's points of implementation A
+are compared with the same points (same key but impl) of B in that file, B being the reference:
+SLOWER means A (ours) is slower than B (the library), and --fail-on-regression gates on that;
+only the operations both implementations run are compared (implementations_of). Points are matched on their structured key (phase, op,
 model, target, dtype, impl, args), never on names. For every matched point and file: the
 median time, TFLOP/s, GB/s and fraction of the file's own roofline, and against the first
 file the speedup (reference time / this time), the change in time, a verdict and its
@@ -61,7 +65,9 @@ estimated fraction fallen by more than PCT.
 
 Exit status: 0 fine; 1 regression beyond the threshold; 2 bad input (a file that cannot be
 read, fewer than two usable files, files with no benchmark in common, or a bad option
-value, each one line on stderr). The files that can be read are still compared and
+value; with --impl: an implementation with no point in the file, --against without --impl or
+the reverse, more than one file, or no point of one on the key of a point of the other; each
+one line on stderr). The files that can be read are still compared and
 reported when another one is bad.
 """
 
@@ -69,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import functools
 import io
 import json
@@ -256,10 +263,13 @@ def _no_counts() -> dict:
 
 def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, method: str = "auto",
                      fail_pct: float | None = None, name_filter: str | None = None,
-                     same_within_pct: float = DEFAULT_SAME_WITHIN_PCT, verdicts_on: str = "time") -> dict:
+                     same_within_pct: float = DEFAULT_SAME_WITHIN_PCT, verdicts_on: str = "time",
+                     labels: list | None = None, within: dict | None = None) -> dict:
+    """The comparison of `results` against the first; `labels` names each (default A, B, ...; the
+    implementations when one file's implementations are compared, implementations_of)."""
     if verdicts_on not in VERDICTS_ON:
         raise ValueError(f"verdicts_on must be one of {VERDICTS_ON}, not {verdicts_on!r}")
-    labels = pr.file_labels(len(results))
+    labels = list(labels) if labels is not None else pr.file_labels(len(results))
     m = pr.match(results)
     keys = m.keys
     if name_filter:
@@ -410,7 +420,53 @@ def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, 
             "regressions": regressions, "ambiguous": ambiguous, "counts": counts,
             "verdicts_on": verdicts_on, "other_counts": other_counts if show_other else None,
             "machines": machines, "ceiling_changes": changes, "ceilings_note": ceilings_note,
-            "warnings": warnings, "errors": new_errors}
+            "warnings": warnings, "errors": new_errors, "within": within}
+
+
+# --------------------------------------------------------------------------------------
+# Implementations within one file (--impl A --against B)
+# --------------------------------------------------------------------------------------
+
+def implementations(r: pr.Results) -> list:
+    """The implementations the file's points name, in first-seen order."""
+    out = []
+    for p in r.points:
+        if p.key.impl not in out:
+            out.append(p.key.impl)
+    return out
+
+
+def one_implementation(r: pr.Results, impl: str, ops: set, warnings: list) -> pr.Results:
+    """The file's points of `impl` in the operations `ops` ((phase, op) pairs) as a Results of their own,
+    each keyed (and named) without its impl, so that the same point of two implementations matches as the
+    same point of two files does."""
+    points = []
+    for p in r.points:
+        if p.key.impl == impl and (p.phase, p.op) in ops:
+            key = dataclasses.replace(p.key, impl="")
+            points.append(pr.Point(key=key, name=key.label(), pb=p.pb, entries=p.entries))
+    return pr.Results(path=r.path, context=r.context, pb=r.pb, points=points, warnings=warnings)
+
+
+def implementations_of(r: pr.Results, impl: str, against: str) -> tuple:
+    """([against's points, impl's points], labels, ops left out): the library as the reference, ours compared
+    with it, so SLOWER (and --fail-on-regression) is ours slower than the library. Only the operations both
+    run: the others' points could never match (a library that has no KV append is not missing 30 points).
+    ToolError when either implementation has no point, or they share no key."""
+    have = implementations(r)
+    shown = ", ".join(i or "(none)" for i in have)
+    for i, opt in ((impl, "--impl"), (against, "--against")):
+        if i not in have:
+            raise cli.ToolError(f"{r.path}: no point of implementation {i!r} ({opt}); the file's implementations: "
+                                f"{shown}")
+    ops_of = {i: {(p.phase, p.op) for p in r.points if p.key.impl == i} for i in (impl, against)}
+    both = ops_of[impl] & ops_of[against]
+    alone = sorted((ops_of[impl] | ops_of[against]) - both)
+    ref, this = one_implementation(r, against, both, r.warnings), one_implementation(r, impl, both, [])
+    if not set(ref.by_key) & set(this.by_key):
+        raise cli.ToolError(f"{r.path}: no point of {impl!r} has a point of {against!r} with the same key "
+                            f"(phase, op, model, target, dtype, args); nothing to compare")
+    return [ref, this], [against, impl], [f"{ph}/{op}" for ph, op in alone]
 
 
 # --------------------------------------------------------------------------------------
@@ -547,6 +603,13 @@ def render_text(cmp: dict, markdown: bool) -> str:
     table = render_markdown_table if markdown else render_text_table
     h = (lambda s: f"## {s}") if markdown else (lambda s: f"{s}\n{'=' * len(s)}")
     out = []
+    w = cmp.get("within")
+    if w:
+        out.append(f"implementations within {w['path']}: {w['impl']} against {w['against']} (the reference: "
+                   f"SLOWER means {w['impl']} is slower than {w['against']})")
+        if w["operations_of_one_only"]:
+            out.append(f"left out, run by only one of them: {', '.join(w['operations_of_one_only'])}")
+        out.append("")
     out.append(h("Files"))
     fh = ["file", "path", "device", "backend", "date", "cache", "ceilings"]
     fr = [[f["label"], f["path"], f["device"], f["backend"], f["date"] + ("" if f["complete"] else " (INCOMPLETE)"),
@@ -658,7 +721,8 @@ def parser() -> argparse.ArgumentParser:
                     "regression check. Each point gets a verdict against the first file: FASTER, SLOWER, SAME or "
                     "AMBIGUOUS (too noisy or too few samples to tell).",
         epilog="exit status: 0 fine, 1 regression beyond --fail-on-regression, 2 bad input")
-    ap.add_argument("files", nargs="+", metavar="FILE", help="results JSON written by `phasebench run` (2 or more)")
+    ap.add_argument("files", nargs="+", metavar="FILE",
+                    help="results JSON written by `phasebench run` (2 or more; one with --impl)")
     ap.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table",
                     help="output format (default: a terminal table)")
     ap.add_argument("--output", "-o", metavar="PATH",
@@ -683,13 +747,30 @@ def parser() -> argparse.ArgumentParser:
                     help="time: judge the median times as measured (default); fraction: judge each point's fraction "
                          "of its own file's measured roofline (the samples scaled by the ratio of the two files' "
                          "roofline times), which takes out a machine whose measured ceilings moved between the runs")
+    ap.add_argument("--impl", metavar="IMPL",
+                    help="compare implementations within ONE file: its points of IMPL (e.g. own, our kernels) "
+                         "against the same points (same key but impl) of --against")
+    ap.add_argument("--against", metavar="IMPL",
+                    help="with --impl: the implementation to compare with (e.g. blas, flashinfer, cudnn). It is the "
+                         "reference, so SLOWER means IMPL is slower than it and --fail-on-regression PCT exits 1 "
+                         "when a point of IMPL is slower than the same point of --against by more than PCT percent")
     return ap
 
 
 def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> argparse.Namespace:
     """The option values argparse cannot check, then the output path: all before any file is read."""
-    if len(a.files) < 2:
-        ap.error("give two or more results files (the first is the reference)")
+    if a.against is not None and a.impl is None:
+        ap.error("--against needs --impl (the implementation compared with it)")
+    if a.impl is not None:
+        if a.against is None:
+            ap.error("--impl needs --against (the implementation to compare it with)")
+        if a.impl == a.against:
+            ap.error(f"--impl and --against name the same implementation ({a.impl!r})")
+        if len(a.files) != 1:
+            ap.error(f"--impl compares the implementations within one file; got {len(a.files)} files")
+    elif len(a.files) < 2:
+        ap.error("give two or more results files (the first is the reference), or one file with --impl and "
+                 "--against")
     if a.fail_on_regression is not None and not (math.isfinite(a.fail_on_regression) and a.fail_on_regression >= 0):
         ap.error(f"--fail-on-regression takes a percentage >= 0, not {a.fail_on_regression:g}")
     if not 0 < a.alpha < 1:
@@ -746,7 +827,13 @@ def _main(a: argparse.Namespace, prog: str) -> int:
                   f"(`phasebench counters`) and the others timed results; compare counters with counters and "
                   f"results with results", file=sys.stderr)
             return EXIT_BAD_INPUT
+        if a.impl is not None:
+            print(f"{prog}: error: {a.files[0]} holds counters (`phasebench counters`); --impl compares the "
+                  f"implementations of a results file", file=sys.stderr)
+            return EXIT_BAD_INPUT
         return compare_counters(a, prog)
+    if a.impl is not None:
+        return compare_implementations(a, prog)
     results, errors = pr.load_many(a.files)
     for e in errors:
         print(f"{prog}: error: {e}", file=sys.stderr)
@@ -778,6 +865,29 @@ def _main(a: argparse.Namespace, prog: str) -> int:
     if cmp["errors"]:
         return EXIT_BAD_INPUT
     return EXIT_REGRESSION if regressed else EXIT_OK
+
+
+def compare_implementations(a: argparse.Namespace, prog: str) -> int:
+    """One file's points of --impl against the same points of --against (the reference)."""
+    r = pr.load_results(a.files[0])  # a ResultsError is one line and status 2 (cli.run)
+    results, labels, alone = implementations_of(r, a.impl, a.against)
+    try:
+        cmp = build_comparison(results, [], alpha=a.alpha, method=a.significance, fail_pct=a.fail_on_regression,
+                               name_filter=a.filter, same_within_pct=a.same_within, verdicts_on=a.verdicts_on,
+                               labels=labels, within={"path": r.path, "impl": a.impl, "against": a.against,
+                                                      "operations_of_one_only": alone})
+    except ImportError as e:
+        print(f"{prog}: error: the Mann-Whitney U test needs scipy ({e}); install scripts/requirements.txt, "
+              f"or use --significance minmax", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for w in cmp["warnings"]:
+        print(f"{prog}: warning: {w}", file=sys.stderr)
+    _write(render(cmp, a.format), a.output)
+    if a.fail_on_regression is not None and cmp["regressions"]:
+        print(f"{prog}: {len(cmp['regressions'])} regression(s) of {a.impl} beyond {a.fail_on_regression:g}% against "
+              f"{a.against} in {r.path} (verdicts {VERDICTS_ON_TEXT[a.verdicts_on]})", file=sys.stderr)
+        return EXIT_REGRESSION
+    return EXIT_OK
 
 
 def _write(text: str, path: str | None) -> None:

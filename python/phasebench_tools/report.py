@@ -170,7 +170,8 @@ def file_section(r: pr.Results, label: str | None = None) -> str:
     out.append(ceilings_section(r))
     out.append("<h3>Roofline</h3>")
     out.append("<p class='small'>Log-log; ceilings: measured solid, datasheet dashed, theoretical dotted. Points at "
-               "(intensity, achieved FLOP/s from the median time), coloured by phase, marked by operation. 0-FLOP "
+               "(intensity, achieved FLOP/s from the median time), coloured by operation, marked by implementation ("
+               + esc(roofline.impl_legend_text()) + "; filled: our kernel, hollow: a library). 0-FLOP "
                "operations (KV append) sit in the bandwidth-only panel on the right.</p>")
     out.append(fig_img(roofline.roofline_figure([r]), f"roofline of {r.path}"))
     if roofline.decode_linear_series(r):
@@ -193,6 +194,8 @@ def comparison_section(cmp: dict, results: list) -> str:
     out.append(table(*compare.summary_rows(cmp), numeric={3, 4, 5, 6, 7, 8, 9, 10, 11}))
     out.append("".join(f"<p>{esc(line)}.</p>" for line in compare.counts_text(cmp).splitlines()))
     out.append("<h3>Roofline overlay</h3>")
+    out.append("<p class='small'>Coloured by file, marked by implementation (" + esc(roofline.impl_legend_text())
+               + "; filled: our kernel, hollow: a library); the labels name the operations.</p>")
     out.append(fig_img(roofline.roofline_figure(results), "roofline overlay"))
     if any(roofline.decode_linear_series(r) for r in results):
         out.append("<h3>Decode linear layers, all files</h3>")

@@ -12,8 +12,10 @@ For every results file it writes (PNG and SVG):
                                  CPU: a hot read, dash-dot; schema 3), which explain hot-cache
                                  points above the memory roof,
                                  every ok point at (intensity, achieved FLOP/s), coloured by
-                                 phase, marked by operation, filled for our kernels and hollow
-                                 for the vendor library's rows, labelled where a label fits
+                                 operation (phase and op), marked by implementation (IMPL_MARKERS:
+                                 own a circle, blas a square, flashinfer a triangle, cudnn a
+                                 diamond, anything else an x), filled for our kernels and hollow
+                                 for the libraries' rows, labelled where a label fits
                                  without covering a point, a ceiling's label or another label;
   <stem>.decode-linear.{png,svg} decode linear layers: achieved FLOP/s against batch, with the
                                  batch where each layer crosses the ridge, measured and predicted,
@@ -21,12 +23,14 @@ For every results file it writes (PNG and SVG):
                                  none, and the plot says so): each layer's crossings are
                                  triangles in a strip above the points (measured filled, predicted
                                  hollow), one row per layer, so crossings at the same batch stay
-                                 apart; a batch's marker is filled where our kernel was the fastest.
+                                 apart; a batch's marker is the fastest implementation's (filled
+                                 where it was our kernel).
 
 Legends sit outside the axes; titles name the files (two runs of one machine are told apart).
 
 With several files it also writes overlay.roofline.{png,svg} and overlay.decode-linear.{png,svg}
-(--overlay-name to change "overlay"): the devices on one plot, coloured by device.
+(--overlay-name to change "overlay"): the devices on one plot, coloured by device, marked by
+implementation, with labels naming the operations.
 
 Zero-FLOP operations (KV append is pure data movement) have intensity 0 and cannot sit on a
 log-log FLOP/s plot. They are drawn in a separate "bandwidth only" panel to the right of the
@@ -50,11 +54,19 @@ from matplotlib.ticker import EngFormatter, NullFormatter  # noqa: E402
 from . import cli  # noqa: E402
 from . import results as pr  # noqa: E402
 
-PHASE_COLORS = {"prefill": "#1f77b4", "decode": "#d62728", "free": "#2ca02c"}
-OTHER_PHASE_COLOR = "#7f7f7f"
-OP_MARKERS = {"linear": "s", "decode_attention": "^", "decode_attention_paged": "v", "prefill_attention": "^",
-              "kv_append": "D", "kv_append_paged": "d"}
-EXTRA_MARKERS = ["P", "X", "*", "h", "<", ">", "p", "8"]
+#: A point's marker is its implementation's, in every plot and in the report's legend: ours a circle,
+#: the vendor BLAS a square, the attention libraries a triangle (FlashInfer) and a diamond (cuDNN);
+#: anything else an x. Filled for ours, hollow for a library.
+IMPL_MARKERS = {"own": "o", "blas": "s", "flashinfer": "^", "cudnn": "D"}
+UNKNOWN_IMPL_MARKER = "x"
+#: What the markers are called where words describe them (the report's legend).
+MARKER_NAMES = {"o": "circle", "s": "square", "^": "triangle", "D": "diamond", "x": "x"}
+#: Names of the implementations in files written before they had today's: the vendor BLAS was named after
+#: the library (hand-written GPU-like fixtures say cublas), and a point without an impl is ours (is_library).
+IMPL_ALIASES = {"cublas": "blas", "cublaslt": "blas", "openblas": "blas", "": "own"}
+#: Colours of the operations (phase and op) of a single-file roofline, in the order of their names:
+#: tab20's ten strong colours, then its ten light ones (a default sweep has about 15 operations).
+OP_COLORS = plt.get_cmap("tab20").colors[0::2] + plt.get_cmap("tab20").colors[1::2]
 SOURCE_STYLES = {"measured": "-", "datasheet": "--", "theoretical": ":"}
 # Vertical crossing lines of the decode-linear plot (the measured crossing is solid).
 PREDICTED_STYLES = {"measured": "--", "datasheet": ":", "theoretical": "-."}
@@ -67,8 +79,12 @@ CACHE_STYLE, CACHE_COLOR = "-.", "#17becf"
 
 
 def is_library(p: pr.Point) -> bool:
-    """A vendor library's row (OpenBLAS, cuBLAS/cuBLASLt) rather than our own kernel."""
-    return bool(p.key.impl) and p.key.impl != "own"
+    """A library's row (the vendor BLAS, FlashInfer, cuDNN) rather than our own kernel."""
+    return is_library_impl(p.key.impl)
+
+
+def is_library_impl(impl: str) -> bool:
+    return impl_name(impl) != "own"
 
 
 def file_names(results: list) -> list:
@@ -136,25 +152,67 @@ POINT_OFFSETS = [(6, 3, "left", "bottom"), (6, -3, "left", "top"), (-6, 3, "righ
                  (-6, -3, "right", "top"), (0, 7, "center", "bottom"), (0, -7, "center", "top")]
 
 
-def phase_color(phase: str) -> str:
-    return PHASE_COLORS.get(phase, OTHER_PHASE_COLOR)
+def impl_name(impl: str) -> str:
+    """Today's name of an implementation (IMPL_ALIASES for older files' names)."""
+    return IMPL_ALIASES.get(impl, impl)
 
 
-def op_marker(op: str, _extra: dict = {}) -> str:  # noqa: B006 (a deliberate memo)
-    if op in OP_MARKERS:
-        return OP_MARKERS[op]
-    if op not in _extra:
-        _extra[op] = EXTRA_MARKERS[len(_extra) % len(EXTRA_MARKERS)]
-    return _extra[op]
+def impl_marker(impl: str) -> str:
+    """The marker of an implementation's points (IMPL_MARKERS; an implementation not in it: an x)."""
+    return IMPL_MARKERS.get(impl_name(impl), UNKNOWN_IMPL_MARKER)
 
 
-def marker_keys(points: list):
-    """What picks a point's marker in an overlay (where colour is the device): its operation, or its phase and
-    operation where the operation runs in both phases."""
-    phases: dict = {}
-    for p in points:
-        phases.setdefault(p.op, set()).add(p.phase)
-    return lambda p: p.op if len(phases[p.op]) == 1 else f"{p.phase} {p.op}"
+def impl_legend_text(impls: list | None = None) -> str:
+    """'own: circle, blas: square, ...' for `impls` (default: every known one, then the unknown's)."""
+    shown = [impl_name(i) for i in impls] if impls is not None else list(IMPL_MARKERS)
+    out = list(dict.fromkeys(shown))
+    words = [f"{i}: {MARKER_NAMES[impl_marker(i)]}" for i in out if i in IMPL_MARKERS]
+    if impls is None or any(i not in IMPL_MARKERS for i in out):
+        words.append(f"any other implementation: {MARKER_NAMES[UNKNOWN_IMPL_MARKER]}")
+    return ", ".join(words)
+
+
+def op_colors(points: list) -> dict:
+    """The colour of each operation ("phase op") of a single-file roofline: one per operation, so the
+    markers can tell the implementations apart (the same operation in two phases is two operations)."""
+    names = sorted({op_name(p) for p in points})
+    return {n: OP_COLORS[i % len(OP_COLORS)] for i, n in enumerate(names)}
+
+
+def op_name(p: pr.Point) -> str:
+    return f"{p.phase} {p.op}"
+
+
+def scatter(ax, xs: list, ys: list, impl: str, color, overlay: bool, size: float = 46, zorder: int = 3):
+    """One implementation's points: its marker, filled for ours and hollow for a library (an x has no
+    inside: drawn in its colour either way). The collection's gid names the implementation."""
+    marker = impl_marker(impl)
+    if is_library_impl(impl) and marker != UNKNOWN_IMPL_MARKER:
+        return ax.scatter(xs, ys, marker=marker, s=size, facecolors="none", edgecolors=color, linewidths=1.4,
+                          zorder=zorder, gid=f"impl:{impl_name(impl)}")
+    if marker == UNKNOWN_IMPL_MARKER:  # lines only: drawn in the face colour
+        return ax.scatter(xs, ys, marker=marker, s=size, color=color, linewidths=1.4, zorder=zorder,
+                          gid=f"impl:{impl_name(impl)}")
+    return ax.scatter(xs, ys, marker=marker, s=size, color=color, edgecolors=color if overlay else "black",
+                      linewidths=0.4, alpha=0.85, zorder=zorder, gid=f"impl:{impl_name(impl)}")
+
+
+def impl_handles(points: list) -> list:
+    """Legend entries: one per implementation drawn, with its marker as drawn (filled or hollow)."""
+    out = []
+    for impl in dict.fromkeys(sorted((impl_name(p.key.impl) for p in points), key=_impl_order)):
+        m = impl_marker(impl)
+        lib = is_library_impl(impl)
+        who = "our kernel" if not lib else ("a library" if m != UNKNOWN_IMPL_MARKER else "not a known implementation")
+        out.append(Line2D([], [], ls="", marker=m, color="#555555", markeredgecolor="#555555",
+                          markerfacecolor="none" if lib and m != UNKNOWN_IMPL_MARKER else "#555555",
+                          label=f"{impl} ({who})"))
+    return out
+
+
+def _impl_order(impl: str) -> tuple:
+    known = list(IMPL_MARKERS)
+    return (known.index(impl) if impl in known else len(known), impl)
 
 
 def short_label(p: pr.Point) -> str:
@@ -268,23 +326,16 @@ def roofline_figure(results: list, title: str | None = None):
             ceiling_labels.append((f"{tag}{d} {src} {pr.fmt_si(P, 'FLOP/s')}", [(hi_x / f, P) for f in (1.08, 4, 16)],
                                    at_right, col))
 
-    # Points: marker by operation (by phase too in an overlay where an operation runs in both,
-    # its colour being the device), filled for our kernels, hollow for the vendor library's rows.
-    key = marker_keys([p for pts in flop_pts + zero_pts for p in pts])
+    # Points: marker by implementation (filled ours, hollow a library's), colour by operation (phase
+    # and op) in one file's plot and by device in an overlay, where the labels name the operations.
+    colors = op_colors([p for pts in flop_pts + zero_pts for p in pts])
     for fi, (r, pts) in enumerate(zip(results, flop_pts)):
         groups: dict = {}
         for p in pts:
-            groups.setdefault((p.phase, key(p) if overlay else p.op, is_library(p)), []).append(p)
-        for (phase, mkey, library), g in groups.items():
-            col = DEVICE_COLORS[fi % len(DEVICE_COLORS)] if overlay else phase_color(phase)
-            marker = op_marker(mkey)
-            if library:
-                ax.scatter([p.intensity for p in g], [p.flops_per_s for p in g], marker=marker, s=46,
-                           facecolors="none", edgecolors=col, linewidths=1.4, zorder=3)
-            else:
-                ax.scatter([p.intensity for p in g], [p.flops_per_s for p in g], marker=marker, s=46,
-                           color=col, edgecolors="black" if not overlay else col, linewidths=0.4, alpha=0.85,
-                           zorder=3)
+            groups.setdefault((op_name(p), p.key.impl), []).append(p)
+        for (op, impl), g in groups.items():
+            col = DEVICE_COLORS[fi % len(DEVICE_COLORS)] if overlay else colors[op]
+            scatter(ax, [p.intensity for p in g], [p.flops_per_s for p in g], impl, col, overlay)
         # Above its roofline: not a fast kernel but cached data or a low ceiling (the
         # point's above_roofline.likely_cause says which); ringed in red.
         above = [p for p in pts if p.above_roofline]
@@ -315,21 +366,10 @@ def roofline_figure(results: list, title: str | None = None):
         for fi, r in enumerate(results):
             handles.append(Line2D([], [], color=DEVICE_COLORS[fi % len(DEVICE_COLORS)], lw=2.5,
                                   label=f"{pr.file_labels(len(results))[fi]}: {names[fi]} ({r.device_name})"))
-        for k in sorted({key(p) for p in all_pts}):
-            handles.append(Line2D([], [], ls="", marker=op_marker(k), color="#555555", markerfacecolor="#555555",
-                                  label=k))
     else:
-        for ph in sorted({p.phase for p in all_pts}):
-            handles.append(Line2D([], [], ls="", marker="o", color=phase_color(ph), label=f"phase: {ph}"))
-        for op in sorted({p.op for p in all_pts}):
-            handles.append(Line2D([], [], ls="", marker=op_marker(op), color="#555555", markerfacecolor="#555555",
-                                  label=op))
-    if any(is_library(p) for p in all_pts):
-        handles.append(Line2D([], [], ls="", marker="o", markerfacecolor="#555555", markeredgecolor="#555555",
-                              label="filled: our kernel"))
-        libs = "/".join(sorted({p.key.impl for p in all_pts if is_library(p)}))
-        handles.append(Line2D([], [], ls="", marker="o", markerfacecolor="none", markeredgecolor="#555555",
-                              label=f"hollow: vendor library ({libs})"))
+        for op, col in colors.items():
+            handles.append(Line2D([], [], color=col, lw=4, label=op))
+    handles += impl_handles(all_pts)
     if any(p.above_roofline for p in all_pts):
         handles.append(Line2D([], [], ls="", marker="o", markersize=9, markerfacecolor="none", markeredgecolor="#d62728",
                               label="above its roofline (cached data or a low ceiling: above_roofline in the JSON)"))
@@ -353,7 +393,7 @@ def roofline_figure(results: list, title: str | None = None):
                      f"{len(flop_pts[0]) + len(zero_pts[0])} points")
     ax.set_title(title, fontsize=11)
 
-    panel_labels = _bandwidth_panel(axb, results, zero_pts, overlay, key) if axb is not None else []
+    panel_labels = _bandwidth_panel(axb, results, zero_pts, overlay, colors) if axb is not None else []
     fig.tight_layout()
     if axb is not None:
         placer_b = LabelPlacer(axb)
@@ -366,15 +406,19 @@ def roofline_figure(results: list, title: str | None = None):
     placer.block_points([p.intensity for pts in flop_pts for p in pts], [p.flops_per_s for pts in flop_pts for p in pts])
     for text, xy, offsets, col in ceiling_labels:
         placer.place(text, xy, offsets, color=col, fontsize=7.5)
-    if not overlay:
-        pts = flop_pts[0]
+    # In an overlay the colour is the device and the marker the implementation: the labels name the
+    # operations (each file's lowest and highest intensity per operation, where they fit).
+    tags = pr.file_labels(len(results))
+    for fi, pts in enumerate(flop_pts):
         for i in sorted(_pick_labels(pts), key=lambda i: (pts[i].intensity, pts[i].flops_per_s)):
             p = pts[i]
-            placer.place(short_label(p), (p.intensity, p.flops_per_s), POINT_OFFSETS, fontsize=7, color="#222222")
+            named = f"{p.op} {short_label(p)}" if p.key.target else short_label(p)  # else it starts with the op
+            text = f"{tags[fi]}: {named}" if overlay else short_label(p)
+            placer.place(text, (p.intensity, p.flops_per_s), POINT_OFFSETS, fontsize=7, color="#222222")
     return fig
 
 
-def _bandwidth_panel(ax, results: list, zero_pts: list, overlay: bool, key) -> list:
+def _bandwidth_panel(ax, results: list, zero_pts: list, overlay: bool, colors: dict) -> list:
     """0-FLOP operations: achieved B/s per point against the bandwidth ceilings.
 
     Returns the ceilings' labels (text, (x, y), offsets, colour), placed once the layout is final.
@@ -383,14 +427,8 @@ def _bandwidth_panel(ax, results: list, zero_pts: list, overlay: bool, key) -> l
     ys = []
     for fi, (r, pts) in enumerate(zip(results, zero_pts)):
         for p in pts:
-            col = DEVICE_COLORS[fi % len(DEVICE_COLORS)] if overlay else phase_color(p.phase)
-            marker = op_marker(key(p) if overlay else p.op)
-            if is_library(p):
-                ax.scatter([x], [p.bytes_per_s], marker=marker, s=50, facecolors="none", edgecolors=col,
-                           linewidths=1.4, zorder=3)
-            else:
-                ax.scatter([x], [p.bytes_per_s], marker=marker, s=50, color=col, edgecolors="black",
-                           linewidths=0.4, zorder=3)
+            col = DEVICE_COLORS[fi % len(DEVICE_COLORS)] if overlay else colors[op_name(p)]
+            scatter(ax, [x], [p.bytes_per_s], p.key.impl, col, overlay, size=50)
             labels.append((f"{pr.file_labels(len(results))[fi]}: " if overlay else "") + short_label(p).replace(
                 p.op, p.op.replace("kv_append", "kv_app")))
             ys.append(p.bytes_per_s)
@@ -535,13 +573,12 @@ def decode_linear_figure(results: list, title: str | None = None):
             col = SERIES_COLORS[si % len(SERIES_COLORS)]
             ys = [p.flops_per_s for p in x["points"]]
             ax.plot(x["batches"], ys, "-", color=col, lw=1.4, label=crossing_label(r, x), zorder=2)
-            own = [(b, y) for b, y, p in zip(x["batches"], ys, x["points"]) if not is_library(p)]
-            lib = [(b, y) for b, y, p in zip(x["batches"], ys, x["points"]) if is_library(p)]
-            if own:
-                ax.scatter(*zip(*own), marker="o", s=22, color=col, zorder=3)
-            if lib:
-                ax.scatter(*zip(*lib), marker="o", s=22, facecolors="white", edgecolors=col, linewidths=1.3,
-                           zorder=3)
+            # The fastest implementation's marker at each batch (filled ours, hollow a library's).
+            by_impl: dict = {}
+            for b, y, p in zip(x["batches"], ys, x["points"]):
+                by_impl.setdefault(p.key.impl, []).append((b, y))
+            for impl, bys in by_impl.items():
+                scatter(ax, [b for b, _ in bys], [y for _, y in bys], impl, col, True, size=26)
             c = r.crossing(x["model"], x["target"], dtype)
             row = len(series) - 1 - si  # the first layer on top
             if c is None:
@@ -590,9 +627,9 @@ def decode_linear_figure(results: list, title: str | None = None):
             strip.text(0.5, 0.5, f"ridge crossings {r.crossings_absent_text}", transform=strip.transAxes,
                        ha="center", va="center", fontsize=8, color="#aa0000")
         handles, _ = ax.get_legend_handles_labels()
-        handles.append(Line2D([], [], ls="", marker="o", color="#555555", label="filled: our kernel fastest"))
-        handles.append(Line2D([], [], ls="", marker="o", markerfacecolor="white", markeredgecolor="#555555",
-                              label="hollow: the vendor library fastest"))
+        for h in impl_handles([p for x in series for p in x["points"]]):
+            h.set_label(f"{h.get_label()} fastest")
+            handles.append(h)
         if r.crossings_recorded:
             handles.append(Line2D([], [], ls="", marker="v", color="#333333",
                                   label="strip: measured crossing (> : beyond the largest batch)"))

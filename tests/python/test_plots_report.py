@@ -301,7 +301,7 @@ def test_library_rows_are_hollow_and_ours_filled():
         for spot in spots(own) - spots(lib):
             assert faces[spot] is True, spot
         texts = _legend_texts(fig)
-        assert "filled: our kernel" in texts and "hollow: vendor library (blas)" in texts
+        assert "own (our kernel)" in texts and "blas (a library)" in texts
         roofline.plt.close(fig)
 
 

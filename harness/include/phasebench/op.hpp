@@ -116,6 +116,9 @@ struct OpDecl {
   // The kind's former names: results files written before a rename still read
   // (OpRegistry::current_kind; python/phasebench_tools/results.py keeps the same list).
   std::vector<std::string> former_kinds = {};
+  // The libraries with a row of this kind on some backend (Impl::flashinfer, ...): a
+  // sweep whose backend has none of them says so once, with why.
+  std::vector<Impl> libraries = {};
 };
 
 // ---- sweeps ---------------------------------------------------------------------------

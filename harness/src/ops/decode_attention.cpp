@@ -121,13 +121,16 @@ nlohmann::json shape_json(const OpRequest& r) {
 
 PHASEBENCH_DECLARE_OPS(decode_attention) {
   using namespace phasebench;
-  registry.declare(OpDecl{kDecodeAttention, {"B", "Hq", "Hkv", "L", "D"}, contiguous_cost, contiguous_footprint, shape_json});
-  registry.declare(OpDecl{kDecodeAttentionPaged, {"B", "Hq", "Hkv", "L", "D"}, paged_cost, paged_footprint, shape_json});
+  // FlashInfer and cuDNN have rows of both kinds on CUDA (kernels/cuda/decode_attention_<library>.*).
+  registry.declare(OpDecl{kDecodeAttention, {"B", "Hq", "Hkv", "L", "D"}, contiguous_cost, contiguous_footprint, shape_json,
+                          {}, {Impl::flashinfer, Impl::cudnn}});
+  registry.declare(OpDecl{kDecodeAttentionPaged, {"B", "Hq", "Hkv", "L", "D"}, paged_cost, paged_footprint, shape_json,
+                          {}, {Impl::flashinfer, Impl::cudnn}});
   // Each shape with the cache in the run's dtype, then in fp8 e4m3 (kv_bits:8 in
   // the name), where the backend takes it: the bytes halve, the roofline shows it.
   registry.group(SweepGroup{
       .name = "decode_attention",
-      .help = "decode attention over batch x context, contiguous and paged, with the cache in the run's dtype and in "
+      .help = "decode attention over batch x context, contiguous and paged (ours, FlashInfer and cuDNN), with the cache in the run's dtype and in "
               "fp8",
       .order = 30,
       .takes = grouped_query_attention,

@@ -63,9 +63,9 @@ PHASEBENCH_DECLARE_OPS(latent_attention) {
   using namespace phasebench;
   registry.declare(OpDecl{kLatentAttention, {"B", "H", "L", "R", "P"}, contiguous_cost,
                           [](const OpRequest& r) { return contiguous_cost(r).bytes.total(); }, {},
-                          {"decode_latent_attention"}});
+                          {"decode_latent_attention"}, {Impl::flashinfer}});  // FlashInfer's MLA on CUDA
   registry.declare(OpDecl{kLatentAttentionPaged, {"B", "H", "L", "R", "P"},
-                          paged_cost, paged_footprint, {}, {"decode_latent_attention_paged"}});
+                          paged_cost, paged_footprint, {}, {"decode_latent_attention_paged"}, {Impl::flashinfer}});
   // GPU: small-batch short-context points (split-KV) up to >= 256 MiB of latent
   // cache (bf16: B*L*1152 bytes; 64 x 8192 is 604 MB). CPU: four small points.
   registry.group(SweepGroup{
@@ -106,16 +106,19 @@ PHASEBENCH_DECLARE_OPS(latent_attention) {
           const auto& a = m.mla;
           const auto qk = a.qk_nope + a.qk_rope;
           for (const bool paged : {false, true}) {
-            if (!sc.runs(latent_attention_request({1, m.heads, 1, a.kv_lora_rank, a.qk_rope}, sc.dtype, paged, qk, P),
-                         Impl::own))
-              continue;  // the backend has no such kernel for this dtype
+            // Ours, then FlashInfer's MLA beside it where the backend has it (named impl:flashinfer).
+            const auto impls =
+                sc.impls(latent_attention_request({1, m.heads, 1, a.kv_lora_rank, a.qk_rope}, sc.dtype, paged, qk, P),
+                         false);
             for (auto B : (*sc.axes)["batch"])
               for (auto L : (*sc.axes)["context"]) {
                 auto r = latent_attention_request({B, m.heads, L, a.kv_lora_rank, a.qk_rope}, sc.dtype, paged, qk, P);
                 std::vector<PointArg> args{{"batch", B, "batch"}, {"context", L, "context"}};
                 if (paged) args.push_back({"page_size", P, "page"});
-                pts.push_back(make_point("decode", m.name, "",
-                                         m.name, r, args, false));
+                for (Impl impl : impls) {
+                  r.impl = impl;
+                  pts.push_back(make_point("decode", m.name, "", m.name, r, args, impl != Impl::own));
+                }
               }
           }
         }

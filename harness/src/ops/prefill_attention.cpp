@@ -1,8 +1,8 @@
 // Causal prefill attention over S prompt tokens, no cached prefix (DESIGN:
 // 2*B*Hq*D*S*(S+1) FLOPs; a*B*S*D*(2*Hq + 2*Hkv) bytes). q and out [B, S, Hq, D],
-// k and v [B, S, Hkv, D]. One sweep group: batch x prompt, our flash kernel and
-// the vendor path that materialises the scores, for the grouped-query attention
-// models.
+// k and v [B, S, Hkv, D]. One sweep group: batch x prompt, our flash kernel, the
+// vendor path that materialises the scores and the attention libraries' rows
+// (FlashInfer, cuDNN), for the grouped-query attention models.
 #include "phasebench/ops/prefill_attention.hpp"
 #include "phasebench/ops/shared_axes.hpp"
 
@@ -29,11 +29,13 @@ OpCost cost(const OpRequest& r) { return prefill_attention_cost(PrefillAttention
 
 PHASEBENCH_DECLARE_OPS(prefill_attention) {
   using namespace phasebench;
+  // FlashInfer and cuDNN have rows on CUDA (kernels/cuda/prefill_attention_<library>.*).
   registry.declare(OpDecl{kPrefillAttention, {"B", "Hq", "Hkv", "S", "D"}, cost,
-                          [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
+                          [](const OpRequest& r) { return cost(r).bytes.total(); }, {}, {},
+                          {Impl::flashinfer, Impl::cudnn}});
   registry.group(SweepGroup{
       .name = "prefill_attention",
-      .help = "causal prefill attention over batch x prompt (ours and the vendor path)",
+      .help = "causal prefill attention over batch x prompt (ours, the cuBLAS path, FlashInfer and cuDNN)",
       .order = 50,
       .takes = grouped_query_attention,
       .takes_what = kGroupedQueryAttentionModels,
