@@ -95,6 +95,7 @@ void BenchContext::prepare_point(const Point& p, PointOutcome& out) {
     if (!p.invalid.empty()) throw Unsupported(p.invalid);
     if (auto why = backend_.cannot_run(p.request)) throw Unsupported(*why);
     op_ = backend_.prepare(p.request);
+    out.impl_detail = op_->notes();  // before verify: a point that fails it still names its engine
     op_->verify();  // runs once; a wrong result is an error, never a number
     op_->run();     // warm-up
   } catch (const Unsupported& e) {
@@ -353,6 +354,7 @@ nlohmann::json BenchContext::point_json(const std::string& name) const {
   j["cache"] = opts_.cold_cache ? "cold" : "hot";
   j["status"] = o ? o->status : "not run";
   if (o && !o->message.empty()) j["message"] = o->message;
+  if (o && !o->impl_detail.empty()) j["impl_detail"] = o->impl_detail;
   if (!o || o->status != "ok" || o->samples.empty()) return j;
   const auto s = stats_of(o->samples);
   j["time"] = {{"median_s", s.median}, {"mean_s", s.mean}, {"min_s", s.min}, {"max_s", s.max},

@@ -84,6 +84,8 @@ struct PointOutcome {
   };
   std::optional<Energy> energy;
   std::string energy_error;  // why the window failed, when it was tried
+  // What the prepared op says of itself (PreparedOp::notes): the JSON's impl_detail.
+  std::map<std::string, std::string> impl_detail;
 };
 
 struct RunOptions {

@@ -8,6 +8,7 @@
 // kernel registers an OpImpl (OpImpls below), and the backend looks it up.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -50,6 +51,10 @@ class PreparedOp {
   // The output of the last run(), decoded to floats (for tests that compare
   // two implementations on the same data). Backends that cannot provide it throw.
   virtual std::vector<float> output_values();
+  // What the implementation says of itself, for the point's JSON (`impl_detail`,
+  // written by the fixture as it is): a library's versions and the engine or
+  // plan it chose for this point. Read once after prepare; empty: nothing.
+  virtual std::map<std::string, std::string> notes() const { return {}; }
 };
 
 struct TimingOptions {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -193,6 +194,15 @@ class FlashInferDecodeOp final : public DecodeAttentionOp {
 
   void run() override { run_(); }
   int splits() const override { return info_.split_kv ? 2 : 1; }
+  // The entry point and what its plan chose, for the point's impl_detail.
+  std::map<std::string, std::string> notes() const override {
+    return {{"library", "flashinfer"},
+            {"flashinfer_version", PHASEBENCH_FLASHINFER_VERSION},
+            {"entry_point", "BatchDecodeWithPagedKVCacheDispatched (DecodePlan)"},
+            {"page_size", std::to_string(paged_ ? pool_.page_size : p_.L) + (paged_ ? "" : " (one page per sequence)")},
+            {"split_kv", info_.split_kv ? "yes" : "no"},
+            {"padded_batch_size", std::to_string(info_.padded_batch_size)}};
+  }
 
  protected:
   std::string shape() const override {

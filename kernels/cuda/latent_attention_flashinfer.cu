@@ -11,6 +11,7 @@
 #include <flashinfer/attention/scheduler.cuh>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -143,6 +144,13 @@ class FlashInferMlaOp final : public LatentAttentionOp {
 
   void run() override { run_(); }
   int splits() const override { return 1; }
+  // The entry point and what its plan chose, for the point's impl_detail.
+  std::map<std::string, std::string> notes() const override {
+    return {{"library", "flashinfer"},
+            {"flashinfer_version", PHASEBENCH_FLASHINFER_VERSION},
+            {"entry_point", "mla::BatchMLAPagedAttention (MLAPlan)"},
+            {"grid", std::to_string(info_.num_blks_x) + " x " + std::to_string(info_.num_blks_y)}};
+  }
 
  protected:
   std::string shape() const override { return "FlashInfer " + LatentAttentionOp::shape(); }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -190,6 +191,18 @@ class FlashInferPrefillOp final : public PrefillAttentionOp {
   FlashInferPrefillOp& operator=(const FlashInferPrefillOp&) = delete;
 
   void run() override { run_(); }
+  // The entry point and what its plan chose, for the point's impl_detail.
+  std::map<std::string, std::string> notes() const override {
+    std::map<std::string, std::string> n{{"library", "flashinfer"},
+                                         {"flashinfer_version", PHASEBENCH_FLASHINFER_VERSION},
+                                         {"entry_point", entry_ + "Dispatched"}};
+    if (p_.B > 1) {
+      n["cta_tile_q"] = std::to_string(info_.cta_tile_q);
+      n["split_kv"] = info_.split_kv ? "yes" : "no";
+      n["padded_batch_size"] = std::to_string(info_.padded_batch_size);
+    }
+    return n;
+  }
 
  protected:
   std::string shape() const override { return "FlashInfer " + entry_ + ": " + PrefillAttentionOp::shape(); }

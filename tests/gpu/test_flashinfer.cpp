@@ -1,6 +1,6 @@
 // FlashInfer's rows (impl:flashinfer) of decode attention (its batch decode over our
-// paged pool and, one page per sequence, our contiguous cache) and prefill attention
-// (single-request and batched ragged), each against the CPU reference and against our
+// paged pool and, one page per sequence, our contiguous cache), prefill attention
+// (single-request and batched ragged) and MLA decode, each against the CPU reference and our
 // own kernel on the same buffers, over tail-heavy shapes; and what it refuses, with why.
 // Skipped where no CUDA device is present, or where the build has no FlashInfer rows.
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 #include "gpu_test_util.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/decode_attention.hpp"
+#include "phasebench/ops/latent_attention.hpp"
 #include "phasebench/ops/prefill_attention.hpp"
 
 namespace phasebench {
@@ -77,6 +78,7 @@ TEST_P(FlashInferDecode, MatchesReferenceAndOurs) {
     auto fi = cuda::make_op(ctx(), decode(Impl::flashinfer, paged, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page));
     auto own = cuda::make_op(ctx(), decode(Impl::own, paged, c.dtype, c.B, c.Hq, c.Hkv, c.L, c.D, c.page));
     EXPECT_NO_THROW(fi->verify()) << what;
+    EXPECT_EQ(fi->notes()["entry_point"], "BatchDecodeWithPagedKVCacheDispatched (DecodePlan)");
     own->run();
     expect_agree(access(*own).output_as_float(), access(*fi).output_as_float(), c.D, c.dtype, what);
   }
@@ -127,6 +129,8 @@ TEST_P(FlashInferPrefill, MatchesReferenceAndOurs) {
   auto fi = cuda::make_op(ctx(), prefill(Impl::flashinfer, c.dtype, c.B, c.S, c.Hq, c.Hkv, c.D));
   auto own = cuda::make_op(ctx(), prefill(Impl::own, c.dtype, c.B, c.S, c.Hq, c.Hkv, c.D));
   EXPECT_NO_THROW(fi->verify());
+  EXPECT_EQ(fi->notes()["entry_point"],
+            c.B == 1 ? "SinglePrefillWithKVCacheDispatched" : "BatchPrefillWithRaggedKVCacheDispatched");
   own->run();
   expect_agree(access(*own).output_as_float(), access(*fi).output_as_float(), c.D, c.dtype, "FlashInfer vs ours");
 }
@@ -148,6 +152,29 @@ TEST_F(FlashInferTest, PrefillWrongOutputIsCaught) {
     access(*op).set_fault_injection(true);
     EXPECT_THROW(op->verify(), VerificationError) << "batch " << B;
   }
+}
+
+// FlashInfer's MLA over our latent cache (DeepSeek's 512 + 64), contiguous and paged,
+// partial last pages, head counts off its 16-row tiles.
+TEST_F(FlashInferTest, LatentAttentionMatchesReferenceAndOurs) {
+  struct Case {
+    std::uint64_t B, H, L, page;
+  };
+  for (const auto& c : {Case{1, 16, 1, 64}, Case{2, 16, 257, 64}, Case{3, 128, 100, 32}, Case{1, 20, 1000, 16}})
+    for (const bool paged : {false, true}) {
+      auto r = latent_attention_request({c.B, c.H, c.L, 512, 64}, DType::bf16, paged, 192, c.page);
+      r.impl = Impl::flashinfer;
+      auto fi = cuda::make_op(ctx(), r);
+      r.impl = Impl::own;
+      auto own = cuda::make_op(ctx(), r);
+      const std::string what = "MLA B=" + std::to_string(c.B) + " H=" + std::to_string(c.H) + " L=" +
+                               std::to_string(c.L) + (paged ? " paged" : " contiguous");
+      EXPECT_NO_THROW(fi->verify()) << what;
+      own->run();
+      expect_agree(access(*own).output_as_float(), access(*fi).output_as_float(), 512, DType::bf16, what);
+      access(*fi).set_fault_injection(true);
+      EXPECT_THROW(fi->verify(), VerificationError) << what;
+    }
 }
 
 }  // namespace

@@ -2,6 +2,10 @@
 // that cannot run is skipped with its reason; counters come from the formulas.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+#include <utility>
+
 #include "bench_test_util.hpp"
 #include "fixture.hpp"
 #include "summary.hpp"
@@ -14,16 +18,18 @@ namespace {
 
 class FakeOp : public PreparedOp {
  public:
-  explicit FakeOp(bool wrong) : wrong_(wrong) {}
+  explicit FakeOp(bool wrong, std::map<std::string, std::string> notes = {}) : wrong_(wrong), notes_(std::move(notes)) {}
   void run() override { ++runs; }
   void verify() override {
     run();
     if (wrong_) throw VerificationError("fake: 3 of 10 elements differ");
   }
+  std::map<std::string, std::string> notes() const override { return notes_; }
   int runs = 0;
 
  private:
   bool wrong_;
+  std::map<std::string, std::string> notes_;
 };
 
 class FakeBackend : public Backend {
@@ -46,7 +52,7 @@ class FakeBackend : public Backend {
     return std::nullopt;
   }
   std::unique_ptr<PreparedOp> prepare(const OpRequest& r) override {
-    auto op = std::make_unique<FakeOp>(r.shape["M"] == 13);
+    auto op = std::make_unique<FakeOp>(r.shape["M"] == 13, notes);
     last = op.get();
     return op;
   }
@@ -88,6 +94,7 @@ class FakeBackend : public Backend {
   std::optional<ColdTiming> last_cold_timing;
   int groups = 0;
   std::optional<ThrottleWindow> window;
+  std::map<std::string, std::string> notes;  // what every prepared op says of itself
 
  private:
   DeviceInfo info_;
@@ -200,6 +207,27 @@ TEST_F(FixtureTest, NoPairedReadsForSmallPointsHotCachesOrWhenSwitchedOff) {
   run_points({point(4)});
   EXPECT_GT(backend.reads, 0);
   EXPECT_FALSE(ctx->point_json("free/linear/test4").contains("paired_read"));
+}
+
+// A prepared op's notes (a library's version, the engine it chose) go to the
+// point's impl_detail as they are, also when the point then fails verification;
+// an op with none adds no member.
+TEST_F(FixtureTest, WhatTheOpSaysOfItselfIsTheImplDetail) {
+  run_points({point(4)});
+  EXPECT_FALSE(ctx->point_json("free/linear/test4").contains("impl_detail"));
+  backend.notes = {{"library", "fakeDNN"}, {"engine", "eng7_k2=1"}};
+  ctx = std::make_unique<BenchContext>(backend, RunOptions{});
+  run_points({point(4), point(13)});
+  for (const char* name : {"free/linear/test4", "free/linear/test13"}) {
+    const auto j = ctx->point_json(name);
+    ASSERT_TRUE(j.contains("impl_detail")) << j.dump();
+    EXPECT_EQ(j.at("impl_detail").at("library"), "fakeDNN");
+    EXPECT_EQ(j.at("impl_detail").at("engine"), "eng7_k2=1");
+  }
+  EXPECT_EQ(ctx->point_json("free/linear/test13").at("status"), "error");
+  // A point skipped before it was prepared has nothing to say.
+  run_points({point(999)});
+  EXPECT_FALSE(ctx->point_json("free/linear/test999").contains("impl_detail"));
 }
 
 TEST(Stats, MedianAndSpread) {
