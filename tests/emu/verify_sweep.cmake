@@ -4,7 +4,8 @@
 # contiguous, paged and split-KV, KV append, prefill attention flash and cuBLAS,
 # whole layers in prefill and decode, a free-form shape; then the MoE experts on
 # a tiny mixture of experts; MLA decode attention on DeepSeek-V2-Lite's shape); every point must be
-# prepared and verified (none wrong, none skipped), and timing must be refused.
+# prepared and verified (none wrong, none skipped but a library row's refusal), and timing
+# must be refused.
 # Run by CTest: cmake -DPHASEBENCH_EMU_BINARY=... -DMODEL=... -P verify_sweep.cmake
 # verify_only(WHAT ARGS <run arguments> WANTS <patterns>): phasebench-emu's
 # `run --backend=cuda --verify-only ARGS` exits 0 with no point wrong, failed or
@@ -18,7 +19,10 @@ function(verify_only what)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "phasebench-emu --verify-only (${what}) exited with ${rc}")
   endif()
-  if(out MATCHES "WRONG|ERROR|skipped ")
+  # A library's row may refuse a point, saying why (FlashInfer's decode takes no per-head
+  # fp8 scales): that is the library's limit, not a failure of the emulation. Our rows may not.
+  string(REGEX REPLACE "[^\n]*skipped [^\n]*/impl:(flashinfer|cudnn) \\([^\n]*" "" checked "${out}")
+  if(checked MATCHES "WRONG|ERROR|skipped ")
     message(FATAL_ERROR "a point (${what}) was wrong, failed or was skipped")
   endif()
   foreach(want ${V_WANTS})
