@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/attention_flashinfer.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
@@ -28,18 +29,11 @@
 #include "phasebench/error.hpp"
 #include "phasebench/ops/decode_attention.hpp"
 
-#ifndef PHASEBENCH_FLASHINFER_VERSION
-#define PHASEBENCH_FLASHINFER_VERSION "unknown"
-#endif
-
 namespace phasebench::cuda {
 
 namespace {
 
-// The workspaces FlashInfer's Python wrappers allocate by default (128 MiB of float
-// partials for split-KV, 8 MiB of int32 plan arrays): what an engine gives it.
-constexpr std::size_t kFloatWorkspaceBytes = std::size_t{128} << 20;
-constexpr std::size_t kIntWorkspaceBytes = std::size_t{8} << 20;
+using namespace flashinfer_rows;  // workspaces, check, at, dispatch (attention_flashinfer.hpp)
 
 // Softmax with no custom mask, sliding window, logit soft cap or ALiBi: plain attention.
 using Variant = flashinfer::DefaultAttention<false, false, false, false>;
@@ -85,30 +79,6 @@ std::shared_ptr<const FlashInferDecodePlan> plan_flashinfer_decode(const OpReque
   });
 }
 
-// Calls f(T{}, IC<D>{}) for the request's element type and head dim.
-template <class F>
-void dispatch_fi(DType t, int D, F&& f) {
-  auto by_d = [&](auto tag) {
-    switch (D) {
-      case 64: f(tag, IC<64>{}); return;
-      case 128: f(tag, IC<128>{}); return;
-      case 256: f(tag, IC<256>{}); return;
-      default: throw Unsupported("FlashInfer decode: head_dim " + std::to_string(D) + " is not instantiated here");
-    }
-  };
-  if (t == DType::bf16)
-    by_d(__nv_bfloat16{});
-  else if (t == DType::fp16)
-    by_d(__half{});
-  else
-    throw Unsupported("FlashInfer decode: dtype " + std::string(to_string(t)) + " is not built here");
-}
-
-// FlashInfer's calls return cudaError_t and throw flashinfer::Error on what they refuse.
-void fi_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("FlashInfer ") + what + ": " + cudaGetErrorString(e));
-}
-
 class FlashInferDecodeOp final : public DecodeAttentionOp {
  public:
   FlashInferDecodeOp(Context& ctx, const OpRequest& r, const FlashInferDecodePlan& plan)
@@ -134,10 +104,9 @@ class FlashInferDecodeOp final : public DecodeAttentionOp {
     upload(last_.get(), last.data(), last_.bytes(), ctx.stream);
     float_ws_ = DeviceBuffer(kFloatWorkspaceBytes);
     int_ws_ = DeviceBuffer(kIntWorkspaceBytes);
-    PB_CUDA_CHECK(cudaMallocHost(&int_host_, kIntWorkspaceBytes));
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 
-    dispatch_fi(r.dtype, p_.D, [&](auto tag, auto d) {
+    dispatch(r.dtype, p_.D, "FlashInfer decode", [&](auto tag, auto d) {
       using T = decltype(tag);
       constexpr unsigned Dv = decltype(d)::value;
       using P = Params<T>;
@@ -161,8 +130,8 @@ class FlashInferDecodeOp final : public DecodeAttentionOp {
       DISPATCH_GQA_GROUP_SIZE(p_.Hq / p_.Hkv, GROUP_SIZE, {
         auto estimate = flashinfer::BatchDecodeWithPagedKVCacheWorkEstimationDispatched<
             GROUP_SIZE, Dv, flashinfer::PosEncodingMode::kNone, Variant, P>;
-        fi_check(flashinfer::DecodePlan<Dv, flashinfer::PosEncodingMode::kNone, Variant, P>(
-                     float_ws_.get(), kFloatWorkspaceBytes, int_ws_.get(), int_host_, kIntWorkspaceBytes, info_,
+        check(flashinfer::DecodePlan<Dv, flashinfer::PosEncodingMode::kNone, Variant, P>(
+                     float_ws_.get(), kFloatWorkspaceBytes, int_ws_.get(), int_host_.get(), kIntWorkspaceBytes, info_,
                      indptr.data(), static_cast<std::uint32_t>(B), static_cast<std::uint32_t>(p_.Hq),
                      static_cast<std::uint32_t>(page), /*enable_cuda_graph=*/false, ctx.stream, estimate),
                  "DecodePlan");
@@ -179,15 +148,12 @@ class FlashInferDecodeOp final : public DecodeAttentionOp {
         tmp_s_ = reinterpret_cast<float*>(static_cast<char*>(float_ws_.get()) + info_.s_offset);
       }
       run_ = [this, params]() {
-        fi_check(flashinfer::BatchDecodeWithPagedKVCacheDispatched<Dv, flashinfer::PosEncodingMode::kNone, Variant>(
+        check(flashinfer::BatchDecodeWithPagedKVCacheDispatched<Dv, flashinfer::PosEncodingMode::kNone, Variant>(
                      params, static_cast<T*>(tmp_v_), tmp_s_, /*enable_pdl=*/false, ctx_.stream),
                  "BatchDecodeWithPagedKVCache");
       };
     });
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-  }
-  ~FlashInferDecodeOp() override {
-    if (int_host_) cudaFreeHost(int_host_);
   }
   FlashInferDecodeOp(const FlashInferDecodeOp&) = delete;
   FlashInferDecodeOp& operator=(const FlashInferDecodeOp&) = delete;
@@ -211,7 +177,7 @@ class FlashInferDecodeOp final : public DecodeAttentionOp {
 
  private:
   DeviceBuffer indptr_, indices_, last_, float_ws_, int_ws_;
-  void* int_host_ = nullptr;
+  PinnedBuffer int_host_{kIntWorkspaceBytes};  // its plan stages here
   void* tmp_v_ = nullptr;
   float* tmp_s_ = nullptr;
   flashinfer::DecodePlanInfo info_;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/attention_flashinfer.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
@@ -24,16 +25,12 @@
 #include "phasebench/error.hpp"
 #include "phasebench/ops/latent_attention.hpp"
 
-#ifndef PHASEBENCH_FLASHINFER_VERSION
-#define PHASEBENCH_FLASHINFER_VERSION "unknown"
-#endif
-
 namespace phasebench::cuda {
 
 namespace {
 
-constexpr std::size_t kFloatWorkspaceBytes = std::size_t{128} << 20;  // FlashInfer's defaults
-constexpr std::size_t kIntWorkspaceBytes = std::size_t{8} << 20;
+using namespace flashinfer_rows;  // workspaces, check, at, dispatch (attention_flashinfer.hpp)
+
 constexpr int kW = kLatentRank + kLatentRopeDim;  // a latent row: 576
 
 struct FlashInferMlaPlan : LatentAttentionPlan {};
@@ -48,15 +45,6 @@ std::shared_ptr<const FlashInferMlaPlan> plan_flashinfer_mla(const OpRequest& r,
     plan.split = SplitKvPlan{};  // FlashInfer splits by its own plan, in its own workspace
     plan.scratch_bytes = kFloatWorkspaceBytes + kIntWorkspaceBytes;
   });
-}
-
-void fi_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("FlashInfer ") + what + ": " + cudaGetErrorString(e));
-}
-
-template <class T>
-T* at(void* base, std::int64_t offset) {
-  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
 }
 
 class FlashInferMlaOp final : public LatentAttentionOp {
@@ -76,8 +64,7 @@ class FlashInferMlaOp final : public LatentAttentionOp {
     upload(indices_.get(), indices.data(), indices_.bytes(), ctx.stream);
     float_ws_ = DeviceBuffer(kFloatWorkspaceBytes);
     int_ws_ = DeviceBuffer(kIntWorkspaceBytes);
-    PB_CUDA_CHECK(cudaMallocHost(&int_host_, kIntWorkspaceBytes));
-    fi_check(flashinfer::MLAPlan<std::int32_t>(float_ws_.get(), kFloatWorkspaceBytes, int_ws_.get(), int_host_,
+    check(flashinfer::MLAPlan<std::int32_t>(float_ws_.get(), kFloatWorkspaceBytes, int_ws_.get(), int_host_.get(),
                                                kIntWorkspaceBytes, info_, qo_indptr.data(), kv_indptr.data(),
                                                kv_len.data(), static_cast<std::uint32_t>(B_),
                                                static_cast<std::uint32_t>(H_), kLatentRank, /*causal=*/false,
@@ -126,7 +113,7 @@ class FlashInferMlaOp final : public LatentAttentionOp {
       p.return_lse_base_on_e = false;
       const auto bx = static_cast<std::uint32_t>(info_.num_blks_x), by = static_cast<std::uint32_t>(info_.num_blks_y);
       run_ = [this, p, bx, by]() {
-        fi_check(flashinfer::mla::BatchMLAPagedAttention<flashinfer::MaskMode::kNone, kLatentRank, kLatentRopeDim>(
+        check(flashinfer::mla::BatchMLAPagedAttention<flashinfer::MaskMode::kNone, kLatentRank, kLatentRopeDim>(
                      p, bx, by, ctx_.stream),
                  "BatchMLAPagedAttention");
       };
@@ -135,9 +122,6 @@ class FlashInferMlaOp final : public LatentAttentionOp {
       build(__nv_bfloat16{});
     else
       build(__half{});
-  }
-  ~FlashInferMlaOp() override {
-    if (int_host_) cudaFreeHost(int_host_);
   }
   FlashInferMlaOp(const FlashInferMlaOp&) = delete;
   FlashInferMlaOp& operator=(const FlashInferMlaOp&) = delete;
@@ -157,7 +141,7 @@ class FlashInferMlaOp final : public LatentAttentionOp {
 
  private:
   DeviceBuffer indices_, float_ws_, int_ws_;
-  void* int_host_ = nullptr;
+  PinnedBuffer int_host_{kIntWorkspaceBytes};  // its plan stages here
   flashinfer::MLAPlanInfo info_;
   std::function<void()> run_;
 };

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/attention_flashinfer.hpp"
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
@@ -26,17 +27,11 @@
 #include "phasebench/error.hpp"
 #include "phasebench/ops/prefill_attention.hpp"
 
-#ifndef PHASEBENCH_FLASHINFER_VERSION
-#define PHASEBENCH_FLASHINFER_VERSION "unknown"
-#endif
-
 namespace phasebench::cuda {
 
 namespace {
 
-// FlashInfer's default workspaces (its Python wrappers'): float partials, int32 plan arrays.
-constexpr std::size_t kFloatWorkspaceBytes = std::size_t{128} << 20;
-constexpr std::size_t kIntWorkspaceBytes = std::size_t{8} << 20;
+using namespace flashinfer_rows;  // workspaces, check, at, dispatch (attention_flashinfer.hpp)
 
 using Variant = flashinfer::DefaultAttention<false, false, false, false>;  // plain softmax attention
 constexpr auto kNoRope = flashinfer::PosEncodingMode::kNone;
@@ -83,28 +78,6 @@ std::shared_ptr<const FlashInferPrefillPlan> plan_flashinfer_prefill(const OpReq
   });
 }
 
-template <class F>
-void dispatch_fi(DType t, int D, F&& f) {
-  auto by_d = [&](auto tag) {
-    switch (D) {
-      case 64: f(tag, IC<64>{}); return;
-      case 128: f(tag, IC<128>{}); return;
-      case 256: f(tag, IC<256>{}); return;
-      default: throw Unsupported("FlashInfer prefill: head_dim " + std::to_string(D) + " is not instantiated here");
-    }
-  };
-  if (t == DType::bf16)
-    by_d(__nv_bfloat16{});
-  else if (t == DType::fp16)
-    by_d(__half{});
-  else
-    throw Unsupported("FlashInfer prefill: dtype " + std::string(to_string(t)) + " is not built here");
-}
-
-void fi_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("FlashInfer ") + what + ": " + cudaGetErrorString(e));
-}
-
 class FlashInferPrefillOp final : public PrefillAttentionOp {
  public:
   FlashInferPrefillOp(Context& ctx, const OpRequest& r, const FlashInferPrefillPlan& plan)
@@ -115,7 +88,7 @@ class FlashInferPrefillOp final : public PrefillAttentionOp {
     if (p_.B == 1) {
       entry_ = "SinglePrefillWithKVCache";
       tmp_ = DeviceBuffer(single_tmp_bytes(ctx, p_.D, element_bytes(r.dtype)));
-      dispatch_fi(r.dtype, p_.D, [&](auto tag, auto d) {
+      dispatch(r.dtype, p_.D, "FlashInfer prefill", [&](auto tag, auto d) {
         using T = decltype(tag);
         constexpr unsigned Dv = decltype(d)::value;
         using P = flashinfer::SinglePrefillParams<T, T, T>;
@@ -124,7 +97,7 @@ class FlashInferPrefillOp final : public PrefillAttentionOp {
                  static_cast<T*>(out_.get()), nullptr, nullptr, Hq, Hkv, S, S, Hq * D, D, Hkv * D, D, D,
                  /*window_left=*/-1, /*logits_soft_cap=*/0.f, sm_scale, /*rope_scale=*/1.f, /*rope_theta=*/1e4f);
         run_ = [this, params]() {
-          fi_check(flashinfer::SinglePrefillWithKVCacheDispatched<Dv, Dv, kNoRope, kFp16QkReduction, kCausal, Variant>(
+          check(flashinfer::SinglePrefillWithKVCacheDispatched<Dv, Dv, kNoRope, kFp16QkReduction, kCausal, Variant>(
                        params, tmp_.as<T>(), ctx_.stream),
                    "SinglePrefillWithKVCache");
         };
@@ -139,16 +112,15 @@ class FlashInferPrefillOp final : public PrefillAttentionOp {
     upload(indptr_.get(), indptr.data(), indptr_.bytes(), ctx.stream);
     float_ws_ = DeviceBuffer(kFloatWorkspaceBytes);
     int_ws_ = DeviceBuffer(kIntWorkspaceBytes);
-    PB_CUDA_CHECK(cudaMallocHost(&int_host_, kIntWorkspaceBytes));
     // The plan reads the offsets on the host (qo and kv alike: no cached prefix).
-    fi_check(flashinfer::PrefillPlan<std::int32_t>(
-                 float_ws_.get(), kFloatWorkspaceBytes, int_ws_.get(), int_host_, kIntWorkspaceBytes, info_,
+    check(flashinfer::PrefillPlan<std::int32_t>(
+                 float_ws_.get(), kFloatWorkspaceBytes, int_ws_.get(), int_host_.get(), kIntWorkspaceBytes, info_,
                  indptr.data(), indptr.data(), B * S, B, Hq, Hkv, D, D, /*page_size=*/1, /*enable_cuda_graph=*/false,
                  static_cast<std::uint32_t>(element_bytes(r.dtype)), /*window_left=*/-1, /*fixed_split_size=*/-1,
                  /*disable_split_kv=*/false, /*num_colocated_ctas=*/0, ctx.stream),
              "PrefillPlan");
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    dispatch_fi(r.dtype, p_.D, [&](auto tag, auto d) {
+    dispatch(r.dtype, p_.D, "FlashInfer prefill", [&](auto tag, auto d) {
       using T = decltype(tag);
       constexpr unsigned Dv = decltype(d)::value;
       using P = flashinfer::BatchPrefillRaggedParams<T, T, T, std::int32_t>;
@@ -180,12 +152,9 @@ class FlashInferPrefillOp final : public PrefillAttentionOp {
                                                                   kCausal, Variant>(params, tmp_v, tmp_s,
                                                                                     /*enable_pdl=*/false, ctx_.stream);
         });
-        fi_check(e, "BatchPrefillWithRaggedKVCache");
+        check(e, "BatchPrefillWithRaggedKVCache");
       };
     });
-  }
-  ~FlashInferPrefillOp() override {
-    if (int_host_) cudaFreeHost(int_host_);
   }
   FlashInferPrefillOp(const FlashInferPrefillOp&) = delete;
   FlashInferPrefillOp& operator=(const FlashInferPrefillOp&) = delete;
@@ -210,7 +179,7 @@ class FlashInferPrefillOp final : public PrefillAttentionOp {
  private:
   std::string entry_;
   DeviceBuffer indptr_, float_ws_, int_ws_, tmp_;  // tmp_: one request's KV-split partials
-  void* int_host_ = nullptr;
+  PinnedBuffer int_host_{kIntWorkspaceBytes};  // its plan stages here
   flashinfer::PrefillPlanInfo info_;
   std::function<void()> run_;
 };
