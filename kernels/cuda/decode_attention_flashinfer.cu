@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/attention_flashinfer.hpp"
+#include "cuda/attention_flashinfer.cuh"
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
@@ -33,7 +33,7 @@ namespace phasebench::cuda {
 
 namespace {
 
-using namespace flashinfer_rows;  // workspaces, check, at, dispatch (attention_flashinfer.hpp)
+using namespace flashinfer_rows;  // workspaces, check, at, dispatch (attention_flashinfer.cuh)
 
 // Softmax with no custom mask, sliding window, logit soft cap or ALiBi: plain attention.
 using Variant = flashinfer::DefaultAttention<false, false, false, false>;

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/attention_flashinfer.hpp"
+#include "cuda/attention_flashinfer.cuh"
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
@@ -29,7 +29,7 @@ namespace phasebench::cuda {
 
 namespace {
 
-using namespace flashinfer_rows;  // workspaces, check, at, dispatch (attention_flashinfer.hpp)
+using namespace flashinfer_rows;  // workspaces, check, at, dispatch (attention_flashinfer.cuh)
 
 constexpr int kW = kLatentRank + kLatentRopeDim;  // a latent row: 576
 

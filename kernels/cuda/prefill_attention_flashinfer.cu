@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/attention_flashinfer.hpp"
+#include "cuda/attention_flashinfer.cuh"
 #include "cuda/attention_ops.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
@@ -31,7 +31,7 @@ namespace phasebench::cuda {
 
 namespace {
 
-using namespace flashinfer_rows;  // workspaces, check, at, dispatch (attention_flashinfer.hpp)
+using namespace flashinfer_rows;  // workspaces, check, at, dispatch (attention_flashinfer.cuh)
 
 using Variant = flashinfer::DefaultAttention<false, false, false, false>;  // plain softmax attention
 constexpr auto kNoRope = flashinfer::PosEncodingMode::kNone;

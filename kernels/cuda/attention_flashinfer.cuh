@@ -12,7 +12,7 @@
 #include <string>
 
 #include "cuda/cuda_common.hpp"
-#include "cuda/dispatch.cuh"
+#include "dispatch.cuh"  // a sibling device header: the emulated build rewrites it beside this one
 #include "phasebench/dtype.hpp"
 #include "phasebench/error.hpp"
 
