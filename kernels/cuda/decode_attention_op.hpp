@@ -27,6 +27,9 @@ class DecodeAttentionOp : public AttentionOpBase {
   const DeviceBuffer& output() const override { return out_; }
   // The request in words, for verification messages.
   virtual std::string shape() const;
+  // The dtype's tolerance is multiplied by this: 1 for ours (fp32 partials); a library
+  // that rounds more on the way (FlashInfer's 16-bit split-KV partials) says how much.
+  virtual double tolerance_scale() const { return 1.0; }
 
   bool paged_;
   DType kv_t_;

@@ -191,6 +191,28 @@ TEST_F(KernelCounters, DecodeAttentionTensorCoreReadsTheCacheOnceWithoutLdmatrix
     }
 }
 
+// FlashInfer's batch decode (impl:flashinfer, its templates under the emulation) over the
+// same cache: each K and V byte read once and in whole sectors, as ours; what it writes
+// beyond the formula is its split-KV partials (in its own workspace), so the distinct bytes
+// are at least the formula's.
+TEST_F(KernelCounters, FlashInferDecodeReadsTheCacheOnce) {
+  for (const bool paged : {false, true}) {
+    SCOPED_TRACE(paged ? "paged" : "contiguous");
+    auto r = decode_attention_request(kLlama8B, DType::bf16, paged, 16);
+    r.impl = Impl::flashinfer;
+    if (auto why = backend().cannot_run(r)) GTEST_SKIP() << *why;
+    const auto c = count(r);
+    EXPECT_GE(static_cast<double>(c.unique()), 0.995 * static_cast<double>(c.cost.bytes.total()));
+    const auto k = c.kernels("BatchDecodeWithPagedKVCacheKernel");
+    ASSERT_EQ(k.size(), 1u);
+    if (!paged) {
+      const auto kvb = c.buffers(kv_bytes(kLlama8B, 2));
+      ASSERT_EQ(kvb.size(), 2u);  // K and V, through cp.async
+      for (const auto& b : kvb) expect_streamed_once(b, "ldgsts");
+    }
+  }
+}
+
 TEST_F(KernelCounters, MultiTokenRaggedStepsReadEachSequencesContextOnce) {
   for (const auto& s : {kLlama8B, kLlama70B}) {
     SCOPED_TRACE("Hq=" + std::to_string(s.Hq));
