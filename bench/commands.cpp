@@ -294,7 +294,7 @@ SweepConfig sweep_config(const RunFlags& f, bool models_given, std::string& alia
   cfg.models_given = models_given;
   if (!f.dtypes.empty())
     for (auto& d : list_items(f.dtypes, "--dtype")) {
-      const auto t = parse_dtype(d);
+      const auto t = parse_run_dtype(d);
       if (std::find(cfg.dtypes.begin(), cfg.dtypes.end(), t) != cfg.dtypes.end())
         throw InputError("--dtype " + quote_value(f.dtypes) + " names " + std::string(to_string(t)) + " twice");
       cfg.dtypes.push_back(t);
@@ -718,7 +718,7 @@ int cmd_model(int argc, char** argv) {
   return run_command(app, argc, argv, [&]() -> int {
     const auto table = GpuTable::load();
     const auto spec = table.get(gpu);
-    const DType t = parse_dtype(dtype);
+    const DType t = parse_run_dtype(dtype);
     size_flag(batch, "--batch");
     size_flag(prompt, "--prompt");
     if (context < 0 || app.count("--context")) size_flag(context, "--context");
@@ -761,7 +761,7 @@ int cmd_model(int argc, char** argv) {
     in.context = context > 0 ? static_cast<std::uint64_t>(context) : in.prompt;
     in.new_tokens = size_flag(new_tokens, "--new-tokens");
     in.dtype = t;
-    in.kv_dtype = kv_dtype.empty() ? (element_bytes(t) == 1 ? DType::bf16 : t) : parse_dtype(kv_dtype);
+    in.kv_dtype = kv_dtype.empty() ? (element_bytes(t) == 1 ? DType::bf16 : t) : parse_run_dtype(kv_dtype);
     if (!weight_dtype.empty()) in.weights = WeightFormat::parse(weight_dtype);
     if (generate < 0 || app.count("--generate")) size_flag(generate, "--generate");
     in.generate = static_cast<std::uint64_t>(std::max<std::int64_t>(generate, 0));
@@ -864,7 +864,7 @@ int cmd_overhead(int argc, char** argv) {
     // The request the free-shape groups make for this shape: their vendor-library row.
     SweepConfig cfg;
     cfg.shapes = {shape};
-    cfg.dtypes = {dtype_text.empty() ? (gpu ? DType::bf16 : DType::fp32) : parse_dtype(dtype_text)};
+    cfg.dtypes = {dtype_text.empty() ? (gpu ? DType::bf16 : DType::fp32) : parse_run_dtype(dtype_text)};
     for (const auto& g : OpRegistry::get().groups())
       if (g.from_shapes) cfg.groups.insert(g.name);
     apply_defaults(cfg, *backend);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <stdexcept>
 #include <string>
 
 #include "phasebench/checked.hpp"
@@ -18,6 +19,9 @@ std::string_view to_string(DType t) {
     case DType::bf16: return "bf16";
     case DType::fp8: return "fp8";
     case DType::int8: return "int8";
+    case DType::nvfp4: return "nvfp4";
+    case DType::mxfp4: return "mxfp4";
+    case DType::fp6: return "fp6";
   }
   return "?";
 }
@@ -31,7 +35,49 @@ DType parse_dtype(std::string_view name) {
   if (n == "bf16" || n == "bfloat16") return DType::bf16;
   if (n == "fp8" || n == "e4m3" || n == "fp8_e4m3") return DType::fp8;
   if (n == "int8") return DType::int8;
-  throw InputError("unknown dtype '" + std::string(name) + "'; use one of fp32, tf32, fp16, bf16, fp8, int8");
+  if (n == "nvfp4") return DType::nvfp4;
+  if (n == "mxfp4") return DType::mxfp4;
+  if (n == "fp6") return DType::fp6;
+  throw InputError("unknown dtype '" + std::string(name) + "'; use one of fp32, tf32, fp16, bf16, fp8, int8, nvfp4, mxfp4");
+}
+
+DType parse_run_dtype(std::string_view name) {
+  const DType t = parse_dtype(name);
+  if (t == DType::nvfp4 || t == DType::mxfp4)
+    throw InputError("--dtype " + std::string(name) +
+                     ": a block-scaled 4-bit format is chosen per operation, not for the whole run: "
+                     "--axis prefill_linear.dtype=" + std::string(to_string(t)) + " (GEMMs), --ops linear_fp4 "
+                     "(weight-only GEMVs) or `phasebench model --weight-dtype " + std::string(to_string(t)) + "`");
+  if (t == DType::fp6) throw InputError("--dtype fp6: fp6 is a ceiling of the spec table only; use fp32, tf32, fp16, bf16 or fp8");
+  return t;
+}
+
+std::uint64_t element_bits(DType t) {
+  switch (t) {
+    case DType::nvfp4:
+    case DType::mxfp4: return 4;
+    case DType::fp6: return 6;
+    default: return 8 * element_bytes(t);
+  }
+}
+
+bool sub_byte(DType t) { return t == DType::nvfp4 || t == DType::mxfp4 || t == DType::fp6; }
+
+std::optional<BlockScaling> block_scaling(DType t) {
+  if (t == DType::nvfp4) return BlockScaling{16, 8, 32, "e4m3"};
+  if (t == DType::mxfp4) return BlockScaling{32, 8, 0, "e8m0"};
+  return std::nullopt;
+}
+
+std::uint64_t matrix_bytes(DType t, std::uint64_t rows, std::uint64_t cols) {
+  const auto elements = mul(rows, cols, "matrix elements");
+  if (!sub_byte(t)) return mul(elements, element_bytes(t), "matrix bytes");
+  std::uint64_t bits = mul(elements, element_bits(t), "matrix bits");
+  if (auto s = block_scaling(t)) {
+    const auto blocks = mul(rows, cols / s->block + (cols % s->block ? 1 : 0), "scale blocks");
+    bits = add(add(bits, mul(blocks, s->scale_bits, "scale bits"), "matrix bits"), s->tensor_bits, "matrix bits");
+  }
+  return bits / 8 + (bits % 8 ? 1 : 0);
 }
 
 std::uint64_t element_bytes(DType t) {
@@ -42,12 +88,16 @@ std::uint64_t element_bytes(DType t) {
     case DType::bf16: return 2;
     case DType::fp8:
     case DType::int8: return 1;
+    case DType::nvfp4:
+    case DType::mxfp4:
+    case DType::fp6: break;
   }
-  return 0;
+  throw std::logic_error("element_bytes(" + std::string(to_string(t)) +
+                         "): a sub-byte type has no whole bytes per element; size it with matrix_bytes");
 }
 
 DType linear_output_type(DType t) {
-  if (t == DType::fp8) return DType::bf16;
+  if (t == DType::fp8 || t == DType::nvfp4 || t == DType::mxfp4) return DType::bf16;
   if (t == DType::tf32) return DType::fp32;
   return t;
 }
@@ -60,8 +110,9 @@ std::uint64_t WeightFormat::bytes(std::uint64_t rows, std::uint64_t cols) const 
     groups = mul(ceil_div(rows, block_rows), ceil_div(cols, block_cols), "weight blocks");
   else if (group)
     groups = mul(rows, ceil_div(cols, group), "weight groups");
-  const auto bits_total = add(add(mul(elements, bits, "weight bits"), mul(groups, group_bits, "scale bits"), "weight bits"),
-                              mul(cols, col_bits, "index bits"), "weight bits");
+  const auto bits_total = add(add(add(mul(elements, bits, "weight bits"), mul(groups, group_bits, "scale bits"), "weight bits"),
+                                  mul(cols, col_bits, "index bits"), "weight bits"),
+                              matrix_bits, "weight bits");
   return bits_total / 8 + (bits_total % 8 ? 1 : 0);
 }
 
@@ -75,10 +126,11 @@ WeightFormat WeightFormat::plain(DType t) {
 
 WeightFormat WeightFormat::parse(std::string_view name) {
   if (name == "int4") return {"int4 (groups of 128, fp16 scale + 4-bit zero)", 4, 128, 0, 0, 16 + 4, 0, DType::bf16};
-  if (name == "mxfp4") return {"mxfp4 (groups of 32, e8m0 scale)", 4, 32, 0, 0, 8, 0, DType::bf16};
+  if (name == "mxfp4") return {"mxfp4 (groups of 32, e8m0 scale)", 4, 32, 0, 0, 8, 0, DType::mxfp4};
+  if (name == "nvfp4") return {"nvfp4 (groups of 16, e4m3 scale, fp32 tensor scale)", 4, 16, 0, 0, 8, 0, DType::nvfp4, 32};
   if (name == "fp8") return {"fp8 e4m3 (128x128 blocks, fp32 scale)", 8, 0, 128, 128, 32, 0, DType::fp8};
   if (name == "bf16" || name == "fp16" || name == "fp32") return plain(parse_dtype(name));
-  throw InputError("unknown weight format '" + std::string(name) + "'; use bf16, fp16, fp32, fp8, int4 or mxfp4");
+  throw InputError("unknown weight format '" + std::string(name) + "'; use bf16, fp16, fp32, fp8, int4, mxfp4 or nvfp4");
 }
 
 Precision Precision::from(DType weights, DType kv) {
@@ -96,7 +148,7 @@ WeightFormat Precision::format_of(std::string_view module) const {
       WeightFormat f;
       f.name = "plain " + std::to_string(8 * w) + "-bit (left unquantized)";
       f.bits = 8 * w;
-      f.compute = linear.compute == DType::fp8 ? DType::bf16 : linear.compute;
+      f.compute = linear.compute == DType::fp8 || sub_byte(linear.compute) ? DType::bf16 : linear.compute;
       return f;
     }
   return linear;

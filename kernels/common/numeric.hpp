@@ -118,6 +118,42 @@ PB_HD std::uint8_t float_to_fp8e4m3(float f) {
   return static_cast<std::uint8_t>(sign | (r > 0x7eu ? 0x7eu : r));
 }
 
+// fp4 e2m1 (OCP MX / NVFP4 element): 1 sign, 2 exponent (bias 1), 1 mantissa
+// bit; the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6; no infinity or NaN.
+PB_HD float fp4e2m1_to_float(unsigned v) {
+  const unsigned mag = v & 0x7u;
+  // exponent 0 is subnormal (0 or 0.5); else (1 + m/2) * 2^(e-1).
+  const float a = (mag >> 1) == 0 ? 0.5f * static_cast<float>(mag & 1u)
+                                  : (1.0f + 0.5f * static_cast<float>(mag & 1u)) *
+                                        static_cast<float>(1u << ((mag >> 1) - 1u));
+  return (v & 0x8u) ? -a : a;
+}
+
+// Nearest e2m1 (ties to even mantissa), saturating at 6; NaN becomes +0.
+PB_HD unsigned float_to_fp4e2m1(float f) {
+  const unsigned sign = (float_bits(f) >> 28) & 0x8u;
+  const float a = f < 0 ? -f : f;
+  if (!(a == a)) return 0;  // NaN
+  // Midpoints between neighbours; at a tie the even code (mantissa 0) wins.
+  unsigned m;
+  if (a <= 0.25f) m = 0;
+  else if (a < 0.75f) m = 1;
+  else if (a <= 1.25f) m = 2;
+  else if (a < 1.75f) m = 3;
+  else if (a <= 2.5f) m = 4;
+  else if (a < 3.5f) m = 5;
+  else if (a <= 5.0f) m = 6;
+  else m = 7;
+  return sign | m;
+}
+
+// e8m0 (OCP MX block scale): 2^(v - 127); 0xff is NaN.
+PB_HD float e8m0_to_float(std::uint8_t v) {
+  if (v == 0xffu) return bits_float(0x7fc00000u);
+  if (v == 0) return bits_float(0x00400000u);  // 2^-127, a float subnormal
+  return bits_float(static_cast<std::uint32_t>(v) << 23);
+}
+
 // Element i of an array of 4-bit values packed two per byte, the low nibble
 // first (the int4 weights' q and zero points, ops/linear_int4.hpp).
 PB_HD unsigned nibble(const std::uint8_t* packed, std::uint64_t i) {

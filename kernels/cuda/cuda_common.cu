@@ -105,6 +105,11 @@ void fill_random(void* data, DType t, std::size_t n, std::uint64_t seed, float s
       fill_kernel<<<blocks, threads, 0, stream>>>(static_cast<std::uint8_t*>(data), n, seed, scale, EncodeF8{});
       break;
     case DType::int8: throw std::runtime_error("fill_random: int8 is not supported on the CUDA backend");
+    case DType::nvfp4:
+    case DType::mxfp4:
+    case DType::fp6:
+      throw std::logic_error(std::string("fill_random: ") + std::string(to_string(t)) +
+                             " is packed with block scales; fill it with its own quantiser");
   }
   PB_CUDA_CHECK_LAUNCH("fill_kernel");
 }

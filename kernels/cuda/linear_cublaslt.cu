@@ -23,9 +23,12 @@ cudaDataType_t storage_type(DType t) {
     case DType::fp16: return CUDA_R_16F;
     case DType::bf16: return CUDA_R_16BF;
     case DType::fp8: return CUDA_R_8F_E4M3;
-    case DType::int8: break;
+    case DType::int8:
+    case DType::nvfp4:
+    case DType::mxfp4:
+    case DType::fp6: break;
   }
-  throw Unsupported("cuBLASLt linear: int8 is not supported");
+  throw Unsupported("cuBLASLt linear: " + std::string(to_string(t)) + " is not supported");
 }
 
 cublasComputeType_t compute_type(DType t) {
