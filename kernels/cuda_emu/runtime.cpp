@@ -5,7 +5,7 @@
 // allocations it touches. Streams keep their work until something waits for it,
 // which exposes missing synchronisation between streams; events order work but
 // never report a time; CUDA graphs record and replay stream work. The device is
-// a named target (PB_EMU_TARGET: h200, h100, a100); NVML is absent.
+// a named target (PB_EMU_TARGET: h200, h100, a100, b200, rtxpro6000); NVML is absent.
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
@@ -69,6 +69,16 @@ constexpr Target kTargets[] = {
      81559ull << 20, 232448, 233472},
     {"a100", "NVIDIA A100-SXM4-80GB (pb_emu functional emulation)", 8, 0, 108, 1410000, 1593000, 5120, 40ull << 20,
      81229ull << 20, 166912, 167936},
+    // Blackwell. B200 (cc 10.0): 148 SMs, 8192-bit HBM3e at 8 TB/s, 126 MiB of
+    // L2; shared memory as on Hopper (227 KiB a block, 228 KiB an SM; CUDA C++
+    // Programming Guide, compute capability 10.0).
+    {"b200", "NVIDIA B200 (pb_emu functional emulation)", 10, 0, 148, 1965000, 3906000, 8192, 126ull << 20,
+     183359ull << 20, 232448, 233472},
+    // RTX PRO 6000 Blackwell Server Edition (cc 12.0): 188 SMs, 512-bit GDDR7 at
+    // 1792 GB/s, 128 MiB of L2; the small shared memory of the consumer parts (99
+    // KiB a block, 100 KiB an SM; CUDA C++ Programming Guide, compute capability 12.0).
+    {"rtxpro6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition (pb_emu functional emulation)", 12, 0, 188, 2617000,
+     14000000, 512, 128ull << 20, 97887ull << 20, 101376, 102400},
 };
 
 // ---- errors ---------------------------------------------------------------------------
@@ -291,7 +301,7 @@ const Target& target() {
     if (!key || !*key) return kTargets[0];
     for (const auto& x : kTargets)
       if (std::strcmp(x.key, key) == 0) return x;
-    std::fprintf(stderr, "pb_emu: unknown PB_EMU_TARGET '%s'; use h200, h100 or a100\n", key);
+    std::fprintf(stderr, "pb_emu: unknown PB_EMU_TARGET '%s'; use h200, h100, a100, b200 or rtxpro6000\n", key);
     std::exit(2);
   }();
   return t;

@@ -15,7 +15,7 @@ namespace pb_emu {
 // ---- the emulated device ----------------------------------------------------------
 
 struct Target {
-  const char* key;   // h200, h100, a100
+  const char* key;   // h200, h100, a100, b200, rtxpro6000
   const char* name;  // cudaDeviceProp::name
   int cc_major, cc_minor;
   int sm_count;
