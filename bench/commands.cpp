@@ -685,7 +685,9 @@ int cmd_model(int argc, char** argv) {
   app.add_option("--kv-dtype", kv_dtype, "KV cache element type (default: --dtype, 16-bit for 8-bit weights)");
   app.add_option("--weight-dtype", weight_dtype,
                  "the linear layers' weights: bf16, fp16, fp32, fp8 (128x128 block scales), int4 (groups of 128, fp16 "
-                 "scale + zero), mxfp4 (default: the config's quantization_config, else --dtype)");
+                 "scale + zero), mxfp4 (groups of 32, e8m0 scale), nvfp4 (groups of 16, e4m3 scale, fp32 tensor scale); FP4 "
+                 "computes against the GPU's FP4 ceiling where it has one, else bf16 (default: the config's "
+                 "quantization_config, else --dtype)");
   app.add_option("--generate", generate,
                  "also estimate a whole request: the prompt, then this many generated tokens (TTFT, time per token, "
                  "tokens/s)");

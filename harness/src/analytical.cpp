@@ -43,6 +43,11 @@ PhaseEstimate estimate_phase(const ModelConfig& m, const Ceilings& ceil, const S
       oe.bound = Bound::link;
     } else {
       if (op.cost.flops > 0) {
+        // FP4 weights compute in FP4 where the GPU has an FP4 ceiling (Blackwell);
+        // elsewhere they are widened to the activations' type (weight-only, as the
+        // Hopper kernels of gpt-oss's MXFP4 run), so the activations' ceiling holds.
+        if (sub_byte(oe.compute_dtype) && !ceil.compute_for(oe.compute_dtype, in.ceiling))
+          oe.compute_dtype = element_bytes(in.dtype) == 2 ? in.dtype : DType::bf16;
         const auto peak = ceil.compute_for(oe.compute_dtype, in.ceiling);
         if (!peak)
           throw InputError("GPU '" + gpu_name + "' has no " + std::string(to_string(oe.compute_dtype)) +
@@ -67,8 +72,11 @@ Precision step_precision(const ModelConfig& m, const EstimateInputs& in) {
   const auto f = in.weights ? in.weights : m.quantization;
   if (f && f->quantized()) {
     p.linear = *f;
-    // Weight-only formats widen the weights to the activations' type for the math.
-    if (p.linear.compute != DType::fp8 && element_bytes(in.dtype) == 2) p.linear.compute = in.dtype;
+    // Weight-only formats widen the weights to the activations' type for the math;
+    // fp8 computes in fp8 and nvfp4/mxfp4 in FP4 (where the GPU has no FP4 ceiling,
+    // estimate_phase widens them).
+    if (p.linear.compute != DType::fp8 && !sub_byte(p.linear.compute) && element_bytes(in.dtype) == 2)
+      p.linear.compute = in.dtype;
     p.a = 2;
     p.w = 2;  // embeddings, norms and the layers left plain
     p.plain_modules = m.quantization && !in.weights ? m.not_quantized : std::vector<std::string>{"lm_head", "router"};

@@ -267,3 +267,52 @@ TEST(Analytical, PowerGivesEnergyPerTokenAndPerByte) {
   in.power_w = -1;
   EXPECT_THROW(estimate(m, gpu, in), InputError);
 }
+
+TEST(Analytical, Fp4WeightsAreExactAndComputeInFp4WhereTheGpuHasIt) {
+  // gpt-oss-20b ships MXFP4 experts (values, an e8m0 scale per 32) and bf16
+  // elsewhere: against the same model in bf16, only the 24 x 32 experts' gate_up
+  // [5760, 2880] and down [2880, 2880] matrices shrink, to their exact MXFP4 size.
+  const auto m = load_model("gpt-oss-20b");
+  const auto b200 = GpuTable::load().get("b200");
+  const auto h200 = GpuTable::load().get("h200-sxm");
+  EstimateInputs in;
+  in.batch = 8;
+  in.prompt = 2048;
+  const auto mx = estimate(m, b200, in);
+  in.weights = WeightFormat::parse("bf16");
+  const auto bf = estimate(m, b200, in);
+  const std::uint64_t experts = 24 * 32;
+  const std::uint64_t bf16_expert = (5760ull * 2880 + 2880ull * 2880) * 2;
+  const std::uint64_t mx_expert = matrix_bytes(DType::mxfp4, 5760, 2880) + matrix_bytes(DType::mxfp4, 2880, 2880);
+  EXPECT_EQ(mx_expert, (5760ull * 2880 + 2880ull * 2880) / 2 + (5760ull * 90 + 2880ull * 90));
+  EXPECT_EQ(bf.weight_bytes - mx.weight_bytes, experts * (bf16_expert - mx_expert));
+  // The experts compute in FP4 on a B200 (it has an FP4 ceiling), the attention
+  // projections (left in bf16) in bf16; the FP4 prefill is faster than bf16's.
+  int fp4_ops = 0;
+  for (const auto& o : mx.prefill.ops) {
+    if (o.op.kind == "grouped_linear") {
+      EXPECT_EQ(o.compute_dtype, DType::mxfp4) << o.op.name;
+      ++fp4_ops;
+    } else if (o.op.kind == "linear") {
+      EXPECT_EQ(o.compute_dtype, DType::bf16) << o.op.name;
+    }
+  }
+  EXPECT_EQ(fp4_ops, 2);
+  EXPECT_LT(mx.prefill.time_s, bf.prefill.time_s);
+  EXPECT_NE(to_json(mx).dump().find("\"compute_dtype\":\"mxfp4\""), std::string::npos);
+  // An H200 has no FP4 ceiling: the same weights are widened to bf16 (weight-only).
+  in.weights.reset();
+  for (const auto& o : estimate(m, h200, in).prefill.ops)
+    if (o.op.kind == "grouped_linear") EXPECT_EQ(o.compute_dtype, DType::bf16) << o.op.name;
+  // --weight-dtype nvfp4: groups of 16 with an e4m3 scale and an fp32 scale per matrix.
+  in.weights = WeightFormat::parse("nvfp4");
+  const auto nv = estimate(load_model("llama-3.1-8b"), b200, in);
+  bool seen = false;
+  for (const auto& o : nv.decode.ops)
+    if (o.op.name == "down_proj") {
+      EXPECT_EQ(o.op.cost.bytes.weights, matrix_bytes(DType::nvfp4, 4096, 14336));
+      EXPECT_EQ(o.compute_dtype, DType::nvfp4);
+      seen = true;
+    }
+  EXPECT_TRUE(seen);
+}
