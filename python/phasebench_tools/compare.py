@@ -6,7 +6,7 @@ Run as `phasebench-compare` or `.venv/bin/python scripts/compare.py` (a thin wra
         [--format table|markdown|csv|json] [--output FILE]
         [--fail-on-regression PCT] [--alpha 0.05] [--same-within 2]
         [--significance auto|mannwhitney|minmax] [--filter REGEX]
-        [--verdicts-on time|fraction]
+        [--verdicts-on time|fraction] [--roofline CHART.png|svg|pdf]
     phasebench-compare FILE --impl own --against flashinfer [same options]
 
 The first file is the reference. With --impl A --against B, one file's points of implementation A
@@ -58,6 +58,15 @@ means a smaller fraction of its own roofline). `--verdicts-on fraction` makes th
 (counts, AMBIGUOUS list, regression gate; a point without measured ceilings in both files is then
 AMBIGUOUS); the default, `time`, judges the times as measured. --fail-on-regression says which.
 
+Across devices (files whose device slug, context.phasebench.device.slug, differs from the reference's):
+each matched point is placed against its own device's ceilings, and the points whose bound changed
+(memory -> compute or back) are listed per file with both sides' intensity, the ridge of each device
+for the point's dtype, both fractions of roofline and the time ratio (crossdevice.py). The bound is the
+one each point records (against the ceilings its run used), else intensity against that file's ridge.
+`--roofline PATH` draws the files on one chart (roofline.cross_device_figure: each device's own
+ceilings in its colour, named after the device, and an arrow from the reference's point to the other
+file's for each change; files of one device get phasebench-roofline's overlay).
+
 Two counters files (`phasebench counters`) are diffed instead (counters.py): every count of
 every matched point, SAME or CHANGED with the counters that differ, and the estimate's
 headline figures side by side; --fail-on-regression PCT then fails on DRAM bytes grown or an
@@ -80,12 +89,14 @@ import functools
 import io
 import json
 import math
+import os
 import re
 import statistics
 import sys
 
 from . import cli
 from . import counters as pc
+from . import crossdevice
 from . import results as pr
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, cli.EXIT_BAD_INPUT
@@ -420,6 +431,7 @@ def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, 
             "regressions": regressions, "ambiguous": ambiguous, "counts": counts,
             "verdicts_on": verdicts_on, "other_counts": other_counts if show_other else None,
             "machines": machines, "ceiling_changes": changes, "ceilings_note": ceilings_note,
+            "bound_changes": crossdevice.bound_changes(results, labels, keys),
             "warnings": warnings, "errors": new_errors, "within": within}
 
 
@@ -599,6 +611,18 @@ def render_markdown_table(header: list, rows: list) -> str:
     return "\n".join(out)
 
 
+def bound_changes_text(bc: dict, table) -> str:
+    """Per file from another device than the reference: the count line, then its changed points' table."""
+    out = []
+    for pair in bc["pairs"]:
+        if out:
+            out.append("")
+        out.append(f"{crossdevice.pair_title(pair)}: {crossdevice.pair_counts_text(pair)}")
+        if pair["changed"]:
+            out.append(table(*crossdevice.change_rows(pair)))
+    return "\n".join(out)
+
+
 def render_text(cmp: dict, markdown: bool) -> str:
     table = render_markdown_table if markdown else render_text_table
     h = (lambda s: f"## {s}") if markdown else (lambda s: f"{s}\n{'=' * len(s)}")
@@ -632,6 +656,10 @@ def render_text(cmp: dict, markdown: bool) -> str:
     out.append(table(*summary_rows(cmp)))
     out.append("")
     out.append(counts_text(cmp))
+    if cmp["bound_changes"]:
+        out.append("")
+        out.append(h("Bound changes between devices (each point against its own device's ceilings)"))
+        out.append(bound_changes_text(cmp["bound_changes"], table))
     if cmp["ambiguous"]:
         out.append("")
         out.append(h(f"AMBIGUOUS points ({len(cmp['ambiguous'])}): too noisy or too few samples to tell"))
@@ -667,7 +695,8 @@ def render_text(cmp: dict, markdown: bool) -> str:
 CSV_FIELDS = ["name", "phase", "op", "model", "target", "dtype", "impl", "args", "file", "path", "device", "status",
               "median_s", "mean_s", "stddev_s", "samples", "min_s", "max_s", "tflops", "gbps", "intensity",
               "fraction_of_roofline", "bound", "speedup_vs_first", "time_change_pct", "verdict", "p_value",
-              "method", "significant", "why", "present_in", "verdicts_on", "other_change_pct", "other_verdict"]
+              "method", "significant", "why", "present_in", "verdicts_on", "other_change_pct", "other_verdict",
+              "bound_change"]
 
 
 def render_csv(cmp: dict) -> str:
@@ -676,6 +705,9 @@ def render_csv(cmp: dict) -> str:
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
     w.writeheader()
     files = {f["label"]: f for f in cmp["files"]}
+    # A point whose bound changed against a reference from another device: "memory -> compute" on its row.
+    moved = {(pair["file"], c["name"]): c["change"] for pair in (cmp["bound_changes"] or {}).get("pairs", [])
+             for c in pair["changed"]}
     for e in cmp["points"]:
         present = " ".join(lab for lab, c in e["files"].items() if c is not None)
         for lab, c in e["files"].items():
@@ -699,6 +731,8 @@ def render_csv(cmp: dict) -> str:
                 if o:
                     row.update({"other_change_pct": "" if o["change_pct"] is None else o["change_pct"],
                                 "other_verdict": o["verdict"]})
+            if (lab, e["name"]) in moved:
+                row["bound_change"] = moved[(lab, e["name"])]
             w.writerow(row)
     return buf.getvalue()
 
@@ -729,7 +763,11 @@ def parser() -> argparse.ArgumentParser:
                     help="write the output here instead of stdout; never over an input or a results file "
                          "unless --overwrite")
     ap.add_argument("--overwrite", action="store_true",
-                    help="let --output replace an input or an existing results file")
+                    help="let --output or --roofline replace an input or an existing results file")
+    ap.add_argument("--roofline", metavar="PATH",
+                    help="also draw the files on one roofline chart (.png, .svg or .pdf): files from different "
+                         "devices each against their own device's ceilings, with an arrow for every point whose "
+                         "bound changed between them; never over an input or a results file unless --overwrite")
     ap.add_argument("--fail-on-regression", type=float, metavar="PCT", default=None,
                     help="exit 1 if a point is SLOWER than in the first file (significant, beyond --same-within) by "
                          "more than PCT percent, or ran there and now fails with an error")
@@ -779,9 +817,56 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> argparse.N
         ap.error(f"--same-within takes a percentage >= 0 and below 100, not {a.same_within:g}")
     if a.filter is not None:
         cli.compile_regex(a.filter, "--filter")
+    if a.roofline is not None:
+        if a.impl is not None:
+            ap.error("--roofline draws two or more files on one chart; --impl compares within one file")
+        given = a.roofline
+        a.roofline = cli.check_output(given, "--roofline", a.files, a.overwrite)  # an input first: say that
+        if os.path.splitext(given)[1].lower().lstrip(".") not in CHART_FORMATS:
+            ap.error(f"--roofline {given!r}: give a path ending in .png, .svg or .pdf (the chart's format)")
     if a.output is not None:
         a.output = cli.check_output(a.output, "--output", a.files, a.overwrite)
+        if a.output == a.roofline:
+            ap.error("--output and --roofline name the same file; give each its own")
     return a
+
+
+CHART_FORMATS = ("png", "svg", "pdf")
+
+
+def _roofline_module():
+    try:
+        from . import roofline  # matplotlib, which only the chart needs
+    except ImportError as e:
+        raise cli.ToolError(f"--roofline needs matplotlib ({e}); install scripts/requirements.txt") from None
+    return roofline
+
+
+def roofline_chart_figure(results: list, cmp: dict, name_filter: str | None):
+    """The compared files on one roofline: from different devices, each file's points against its own
+    device's ceilings with the bound changes as arrows (roofline.cross_device_figure); from one device, the
+    overlay phasebench-roofline draws. Only the points --filter kept."""
+    roofline = _roofline_module()
+    if name_filter:
+        rx = re.compile(name_filter)
+        m = pr.match(results)
+        kept = {k for k in m.keys if any(p is not None and (rx.search(p.name) or rx.search(k.label()))
+                                         for p in m.table[k])}
+        results = [pr.Results(path=r.path, context=r.context, pb=r.pb, points=[p for p in r.points if p.key in kept])
+                   for r in results]
+    return (roofline.cross_device_figure(results, cmp["bound_changes"]) if cmp["bound_changes"]
+            else roofline.roofline_figure(results))
+
+
+def roofline_chart(results: list, cmp: dict, name_filter: str | None, path: str) -> bytes:
+    """roofline_chart_figure's chart in the format `path` ends in (png, svg, pdf)."""
+    roofline = _roofline_module()
+    fig = roofline_chart_figure(results, cmp, name_filter)
+    fmt = os.path.splitext(path)[1].lower().lstrip(".")
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=110 if fmt == "png" else None)
+    roofline.plt.close(fig)
+    return buf.getvalue()
 
 
 def compare_counters(a: argparse.Namespace, prog: str) -> int:
@@ -831,6 +916,10 @@ def _main(a: argparse.Namespace, prog: str) -> int:
             print(f"{prog}: error: {a.files[0]} holds counters (`phasebench counters`); --impl compares the "
                   f"implementations of a results file", file=sys.stderr)
             return EXIT_BAD_INPUT
+        if a.roofline is not None:
+            print(f"{prog}: error: counters files (`phasebench counters`) have no times to place on a roofline; "
+                  f"--roofline draws results files", file=sys.stderr)
+            return EXIT_BAD_INPUT
         return compare_counters(a, prog)
     if a.impl is not None:
         return compare_implementations(a, prog)
@@ -856,7 +945,10 @@ def _main(a: argparse.Namespace, prog: str) -> int:
         text = render(cmp, a.format)
         _write(text, a.output)
         return EXIT_BAD_INPUT
+    chart = roofline_chart(results, cmp, a.filter, a.roofline) if a.roofline else None  # before any output
     _write(render(cmp, a.format), a.output)
+    if chart is not None:
+        cli.write_file(a.roofline, chart, "roofline chart")
     regressed = a.fail_on_regression is not None and bool(cmp["regressions"])
     if regressed:
         n = len(cmp["regressions"])

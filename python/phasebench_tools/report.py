@@ -21,7 +21,7 @@ import io
 import os
 import sys
 
-from . import cli, compare, roofline
+from . import cli, compare, crossdevice, roofline
 from . import results as pr
 
 CSS = """
@@ -193,10 +193,20 @@ def comparison_section(cmp: dict, results: list) -> str:
     out.append("<h3>Per-phase summary (geometric means, verdict counts)</h3>")
     out.append(table(*compare.summary_rows(cmp), numeric={3, 4, 5, 6, 7, 8, 9, 10, 11}))
     out.append("".join(f"<p>{esc(line)}.</p>" for line in compare.counts_text(cmp).splitlines()))
-    out.append("<h3>Roofline overlay</h3>")
-    out.append("<p class='small'>Coloured by file, marked by implementation (" + esc(roofline.impl_legend_text())
-               + "; filled: our kernel, hollow: a library); the labels name the operations.</p>")
-    out.append(fig_img(roofline.roofline_figure(results), "roofline overlay"))
+    if cmp["bound_changes"]:
+        out.append(bound_changes_section(cmp["bound_changes"]))
+        out.append("<h3>Roofline across devices</h3>")
+        out.append("<p class='small'>Each file's points against its own device's ceilings, in the device's colour "
+                   "(ceilings: measured solid, datasheet dashed, theoretical dotted, each labelled with its device); "
+                   "marked by implementation (" + esc(roofline.impl_legend_text()) + "; filled: our kernel, hollow: "
+                   "a library). A point whose bound changed between the devices is ringed on both, with an arrow "
+                   "from the first file's point to the other's.</p>")
+        out.append(fig_img(roofline.cross_device_figure(results, cmp["bound_changes"]), "roofline across devices"))
+    else:
+        out.append("<h3>Roofline overlay</h3>")
+        out.append("<p class='small'>Coloured by file, marked by implementation (" + esc(roofline.impl_legend_text())
+                   + "; filled: our kernel, hollow: a library); the labels name the operations.</p>")
+        out.append(fig_img(roofline.roofline_figure(results), "roofline overlay"))
     if any(roofline.decode_linear_series(r) for r in results):
         out.append("<h3>Decode linear layers, all files</h3>")
         out.append(fig_img(roofline.decode_linear_figure(results), "decode linear overlay"))
@@ -213,6 +223,19 @@ def comparison_section(cmp: dict, results: list) -> str:
         out.append(table(["point", "file", "reference", "now", "message"],
                          [[s["name"], s["file"], s["from"], s["to"], s.get("message", "")]
                           for s in cmp["status_changes"]]))
+    return "\n".join(out)
+
+
+def bound_changes_section(bc: dict) -> str:
+    """Per file from another device than the first: the matched points whose bound changed (crossdevice.py)."""
+    out = ["<h3>Bound changes between devices</h3>",
+           "<p class='small'>Each matched point against its own device's ceilings: the bound it records (against "
+           "the ceilings its run used), else its intensity against that device's ridge for its dtype. Ridges in "
+           "FLOP/byte with the ceilings they come from; time: this file's median over the first file's.</p>"]
+    for pair in bc["pairs"]:
+        out.append(f"<p>{esc(crossdevice.pair_title(pair))}: {esc(crossdevice.pair_counts_text(pair))}.</p>")
+        if pair["changed"]:
+            out.append(table(*crossdevice.change_rows(pair), numeric={2, 3, 4, 5, 6, 7, 8}))
     return "\n".join(out)
 
 

@@ -52,6 +52,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import EngFormatter, NullFormatter  # noqa: E402
 
 from . import cli  # noqa: E402
+from . import crossdevice  # noqa: E402
 from . import results as pr  # noqa: E402
 
 #: A point's marker is its implementation's, in every plot and in the report's legend: ours a circle,
@@ -76,6 +77,8 @@ SERIES_COLORS = plt.get_cmap("tab10").colors
 
 #: The cache-level ceilings' line (dash-dot) and colour.
 CACHE_STYLE, CACHE_COLOR = "-.", "#17becf"
+#: The arrows of the cross-device chart, from a point on one device to the same point on another.
+MOVE_COLOR = "#222222"
 
 
 def is_library(p: pr.Point) -> bool:
@@ -265,9 +268,19 @@ def _pick_labels(points: list, limit: int = 12) -> set:
     return chosen
 
 
-def roofline_figure(results: list, title: str | None = None):
-    """One roofline for one file, or an overlay (colour by device) for several."""
+def roofline_figure(results: list, title: str | None = None, tags: list | None = None, moves: list | None = None):
+    """One roofline for one file, or an overlay (colour by device) for several.
+
+    tags: each file's name on its ceilings' labels in an overlay (default its label, A, B, ...; the
+    cross-device chart names the devices). moves: arrows from one point to another, each
+    {"from": (x, y), "to": (x, y), "name", "file", "text"} (the cross-device chart's points that changed
+    bound: both ends ringed, one label "<file>: <text> (<count>)" where it first fits).
+    Every ceiling line's gid says whose and which it is, "ceiling:<file label>:<source>:bandwidth",
+    ":compute:<dtype>" or "ceiling:<file label>:cache:<level>", so what was drawn can be read back.
+    """
     overlay = len(results) > 1
+    file_labels = pr.file_labels(len(results))
+    tags = list(tags) if tags is not None else file_labels
     flop_pts = [[p for p in r.ok_points() if (p.flops or 0) > 0 and p.intensity and p.flops_per_s] for r in results]
     zero_pts = [[p for p in r.ok_points() if not (p.flops or 0) > 0 and p.bytes_per_s] for r in results]
     has_zero = any(zero_pts)
@@ -303,10 +316,12 @@ def roofline_figure(results: list, title: str | None = None):
                                                                        for sgn, va in ((1, "bottom"), (-1, "top"))]
     for fi, (r, (comp, bw)) in enumerate(zip(results, lines_per_file)):
         col = DEVICE_COLORS[fi % len(DEVICE_COLORS)] if overlay else "#333333"
-        tag = f"{pr.file_labels(len(results))[fi]}: " if overlay else ""
+        tag = f"{tags[fi]}: " if overlay else ""
+        gid = f"ceiling:{file_labels[fi]}"
         for src, W, x_end in bw:
             x1 = min(x_end, hi_x) if x_end else hi_x
-            ax.plot([lo_x, x1], [lo_x * W, x1 * W], SOURCE_STYLES.get(src, "-."), color=col, lw=1.6, alpha=0.9)
+            ax.plot([lo_x, x1], [lo_x * W, x1 * W], SOURCE_STYLES.get(src, "-."), color=col, lw=1.6, alpha=0.9,
+                    gid=f"{gid}:{src}:bandwidth")
             along = [lo_x * 1.6 * f for f in (1, 3, 9) if lo_x * 1.6 * f < x1] or [lo_x * 1.6]
             ceiling_labels.append((f"{tag}{src} {pr.fmt_si(W, 'B/s')}", [(x, x * W) for x in along], above_line, col))
         # Cache ceilings (a hot read within the L2 / last-level cache): the roof that
@@ -316,13 +331,14 @@ def roofline_figure(results: list, title: str | None = None):
             Wc = float(c["bytes_per_s"])
             x1 = min(p_top / Wc, hi_x) if p_top else hi_x
             ax.plot([lo_x, x1], [lo_x * Wc, x1 * Wc], CACHE_STYLE, color=CACHE_COLOR if not overlay else col, lw=1.3,
-                    alpha=0.9)
+                    alpha=0.9, gid=f"{gid}:cache:{c.get('level', 'cache')}")
             along = [lo_x * 1.6 * f for f in (1, 3, 9) if lo_x * 1.6 * f < x1] or [lo_x * 1.6]
             ceiling_labels.append((f"{tag}{c.get('level', 'cache')} (hot) {pr.fmt_si(Wc, 'B/s')}",
                                    [(x, x * Wc) for x in along], above_line, CACHE_COLOR if not overlay else col))
         for src, d, P, x_start in comp:
             x0 = max(x_start or lo_x, lo_x)
-            ax.plot([x0, hi_x], [P, P], SOURCE_STYLES.get(src, "-."), color=col, lw=1.6, alpha=0.9)
+            ax.plot([x0, hi_x], [P, P], SOURCE_STYLES.get(src, "-."), color=col, lw=1.6, alpha=0.9,
+                    gid=f"{gid}:{src}:compute:{d}")
             ceiling_labels.append((f"{tag}{d} {src} {pr.fmt_si(P, 'FLOP/s')}", [(hi_x / f, P) for f in (1.08, 4, 16)],
                                    at_right, col))
 
@@ -342,6 +358,16 @@ def roofline_figure(results: list, title: str | None = None):
         if above:
             ax.scatter([p.intensity for p in above], [p.flops_per_s for p in above], marker="o", s=150,
                        facecolors="none", edgecolors="#d62728", linewidths=1.6, zorder=4)
+    # A matched point that moved (another device's ceilings put it on the other side of its ridge): an
+    # arrow from where it sits on one device to where it sits on the other, so the pair reads as one point.
+    # Both ends are ringed too: a point whose ridge moved more than the point did has a short arrow.
+    for mv in moves or []:
+        arrow = ax.annotate("", xy=mv["to"], xytext=mv["from"], xycoords="data", textcoords="data", zorder=5,
+                            arrowprops={"arrowstyle": "->", "color": MOVE_COLOR, "lw": 1.3, "shrinkA": 5,
+                                        "shrinkB": 5}, gid=f"bound-change:{mv['name']}")
+        arrow.arrow_patch.set_gid(f"bound-change:{mv['name']}")  # an empty text is not drawn: its gid is lost
+        ax.scatter([mv["from"][0], mv["to"][0]], [mv["from"][1], mv["to"][1]], marker="o", s=190, facecolors="none",
+                   edgecolors=MOVE_COLOR, linewidths=1.1, zorder=4, gid=f"bound-change-ends:{mv['name']}")
 
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -365,7 +391,7 @@ def roofline_figure(results: list, title: str | None = None):
     if overlay:
         for fi, r in enumerate(results):
             handles.append(Line2D([], [], color=DEVICE_COLORS[fi % len(DEVICE_COLORS)], lw=2.5,
-                                  label=f"{pr.file_labels(len(results))[fi]}: {names[fi]} ({r.device_name})"))
+                                  label=f"{file_labels[fi]}: {names[fi]} ({r.device_name})"))
     else:
         for op, col in colors.items():
             handles.append(Line2D([], [], color=col, lw=4, label=op))
@@ -373,6 +399,10 @@ def roofline_figure(results: list, title: str | None = None):
     if any(p.above_roofline for p in all_pts):
         handles.append(Line2D([], [], ls="", marker="o", markersize=9, markerfacecolor="none", markeredgecolor="#d62728",
                               label="above its roofline (cached data or a low ceiling: above_roofline in the JSON)"))
+    if moves:
+        handles.append(Line2D([], [], ls="", marker="o", markersize=10, markerfacecolor="none",
+                              markeredgecolor=MOVE_COLOR, label=f"bound changed between devices ({len(moves)}): "
+                                                                f"ringed, arrow from the first file's point"))
     srcs = sorted({s for comp, bw in lines_per_file for s, *_ in comp + bw}, key=pr.CEILING_SOURCES.index)
     for s in srcs:
         handles.append(Line2D([], [], ls=SOURCE_STYLES.get(s, "-."), color="#333333", label=f"{s} ceiling"))
@@ -393,7 +423,7 @@ def roofline_figure(results: list, title: str | None = None):
                      f"{len(flop_pts[0]) + len(zero_pts[0])} points")
     ax.set_title(title, fontsize=11)
 
-    panel_labels = _bandwidth_panel(axb, results, zero_pts, overlay, colors) if axb is not None else []
+    panel_labels = _bandwidth_panel(axb, results, zero_pts, overlay, colors, tags) if axb is not None else []
     fig.tight_layout()
     if axb is not None:
         placer_b = LabelPlacer(axb)
@@ -408,17 +438,43 @@ def roofline_figure(results: list, title: str | None = None):
         placer.place(text, xy, offsets, color=col, fontsize=7.5)
     # In an overlay the colour is the device and the marker the implementation: the labels name the
     # operations (each file's lowest and highest intensity per operation, where they fit).
-    tags = pr.file_labels(len(results))
+    # One label per file and change ("B: memory -> compute (4)"), at its first point; first, so that it
+    # wins a free place. The rings mark the others.
+    said: dict = {}
+    for mv in moves or []:
+        said.setdefault((mv["file"], mv["text"]), []).append(mv)
+    for (f, text), mvs in said.items():
+        placer.place(f"{f}: {text}" + (f" ({len(mvs)})" if len(mvs) > 1 else ""),
+                     [x for mv in mvs for x in (mv["to"], mv["from"])], POINT_OFFSETS, fontsize=7, color=MOVE_COLOR,
+                     fontweight="bold")
     for fi, pts in enumerate(flop_pts):
         for i in sorted(_pick_labels(pts), key=lambda i: (pts[i].intensity, pts[i].flops_per_s)):
             p = pts[i]
             named = f"{p.op} {short_label(p)}" if p.key.target else short_label(p)  # else it starts with the op
-            text = f"{tags[fi]}: {named}" if overlay else short_label(p)
+            text = f"{file_labels[fi]}: {named}" if overlay else short_label(p)
             placer.place(text, (p.intensity, p.flops_per_s), POINT_OFFSETS, fontsize=7, color="#222222")
     return fig
 
 
-def _bandwidth_panel(ax, results: list, zero_pts: list, overlay: bool, colors: dict) -> list:
+def cross_device_figure(results: list, bound_changes: dict | None, title: str | None = None):
+    """The files of different devices on one roofline: each device's own ceilings in its colour, labelled
+    with the device's name, its points in the same colour (marked by implementation), and an arrow from
+    the first file's point to the other file's for every matched point whose bound changed
+    (crossdevice.bound_changes; the points sit where they were measured, so only the ceilings move)."""
+    labels = pr.file_labels(len(results))
+    moves = []
+    for pair in (bound_changes or {}).get("pairs", []):
+        for c in pair["changed"]:
+            xs, ys = c["intensity"], c["flops_per_s"]
+            if all(v and v > 0 for v in xs + ys):  # a 0-FLOP point has no place on the log-log axes
+                moves.append({"from": (xs[0], ys[0]), "to": (xs[1], ys[1]), "name": c["name"],
+                              "file": pair["file"], "text": c["change"]})
+    if title is None:
+        title = "Roofline across devices, each point against its own device's ceilings\n" + files_title(results)
+    return roofline_figure(results, title=title, tags=crossdevice.device_tags(results, labels), moves=moves)
+
+
+def _bandwidth_panel(ax, results: list, zero_pts: list, overlay: bool, colors: dict, tags: list) -> list:
     """0-FLOP operations: achieved B/s per point against the bandwidth ceilings.
 
     Returns the ceilings' labels (text, (x, y), offsets, colour), placed once the layout is final.
@@ -439,7 +495,7 @@ def _bandwidth_panel(ax, results: list, zero_pts: list, overlay: bool, colors: d
                                                                     for sgn, va in ((1, "bottom"), (-1, "top"))]
     for fi, r in enumerate(results):
         col = DEVICE_COLORS[fi % len(DEVICE_COLORS)] if overlay else "#333333"
-        tag = f"{pr.file_labels(len(results))[fi]}: " if overlay else ""
+        tag = f"{tags[fi]}: " if overlay else ""
         for src in pr.CEILING_SOURCES:
             W = r.bandwidth_ceiling(src)
             if W:
