@@ -330,9 +330,12 @@ def build_comparison(results: list, errors: list, alpha: float = DEFAULT_ALPHA, 
     if changes:
         shown = "; ".join(f"{c['file']}'s {c['ceiling']} {pr.fmt_si(c['value'], c['unit'])} against "
                           f"{pr.fmt_si(c['reference'], c['unit'])} ({c['change_pct']:+.1f}%)" for c in changes)
-        ceilings_note = (f"the measured ceilings differ by more than the +/-{same_within_pct:g}% band: {shown}. The "
-                         f"machine changed between the runs, not only the code: verdicts on times include that "
-                         f"change; verdicts on fractions of each file's own measured roofline take it out "
+        # Files from different GPUs differ by design; the same GPU's differ because the machine did.
+        why = ("The files come from different devices: verdicts on times compare the GPUs"
+               if len({r.device_slug for r in results}) > 1 else
+               "The machine changed between the runs, not only the code: verdicts on times include that change")
+        ceilings_note = (f"the measured ceilings differ by more than the +/-{same_within_pct:g}% band: {shown}. {why}"
+                         f"; verdicts on fractions of each file's own measured roofline take it out "
                          + ("(used here: --verdicts-on fraction)" if verdicts_on == "fraction"
                             else "(shown beside them; --verdicts-on fraction to judge on them)"))
         if unmeasured:

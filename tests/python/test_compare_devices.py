@@ -115,6 +115,9 @@ def test_the_point_between_the_ridges_changes_bound(files):
     # The others kept their bound: the GEMV and KV append memory-bound, the large GEMM compute-bound.
     assert (pair["matched"], pair["memory_on_both"], pair["compute_on_both"]) == (4, 2, 1)
     assert pair["without_bound"] == []
+    # The measured ceilings differ because the GPUs do, not because the machine changed.
+    note = " ".join(cmp["warnings"])
+    assert "come from different devices" in note and "machine changed" not in note
 
 
 def test_the_other_way_round_is_memory_to_compute(files):
