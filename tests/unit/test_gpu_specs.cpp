@@ -1,11 +1,33 @@
 // The GPU spec table: every entry has its required parts and dense peaks, lookup by
 // driver name, datasheet ceilings carry their source, a malformed table is an input error.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "phasebench/error.hpp"
 #include "phasebench/gpu_specs.hpp"
 
 using namespace phasebench;
+
+namespace {
+// A GPU table in a temporary file, removed with the object.
+struct TempTable {
+  std::filesystem::path path;
+  explicit TempTable(const std::string& gpus_array) {
+    const auto* t = ::testing::UnitTest::GetInstance()->current_test_info();
+    path = std::filesystem::temp_directory_path() /
+           ("phasebench-gpus-" + std::string(t->name()) + "-" + std::to_string(::getpid()) + ".json");
+    std::ofstream(path) << R"({"schema_version": 1, "gpus": )" << gpus_array << "}";
+  }
+  ~TempTable() { std::filesystem::remove(path); }
+};
+std::string entry(const std::string& key, const std::string& extra, const std::string& peaks) {
+  return R"({"key": ")" + key + R"(", "name": ")" + key + R"(", "memory_bytes": 1, "memory_bandwidth_gbps": 1, )" +
+         extra + R"("peak_tflops_dense": )" + peaks + "}";
+}
+}  // namespace
 
 TEST(GpuSpecs, RequiredPartsArePresentWithDensePeaks) {
   const auto t = GpuTable::load();
@@ -50,3 +72,40 @@ TEST(GpuSpecs, DatasheetCeilingsCarryTheirSource) {
 }
 
 TEST(GpuSpecs, MalformedTableIsAnInputError) { EXPECT_THROW(GpuTable::load("/nonexistent/gpus.json"), InputError); }
+
+// An analytical-only entry is skipped by match_driver_name even when it lists driver
+// names; an ordinary entry with the same name is still found.
+TEST(GpuSpecs, AnalyticalOnlyEntriesAreNeverMatched) {
+  const std::string only = entry("only", R"("analytical_only": true, "driver_names": ["Some GPU"], )", R"({"bf16": 1})");
+  {
+    const TempTable f("[" + only + "]");
+    const auto t = GpuTable::load(f.path.string());
+    EXPECT_FALSE(t.match_driver_name("Some GPU").has_value());
+    EXPECT_EQ(t.get("only").key, "only");
+  }
+  const TempTable f("[" + only + ", " + entry("real", R"("driver_names": ["Some GPU"], )", R"({"bf16": 1})") + "]");
+  EXPECT_EQ(GpuTable::load(f.path.string()).match_driver_name("Some GPU")->key, "real");
+}
+
+// "fp4" fills NVFP4 and MXFP4 alike unless a format has its own key; "fp6", "nvfp4"
+// and "mxfp4" are their dtypes; "fp64" is skipped; a peak must be positive.
+TEST(GpuSpecs, Fp4KeysFillTheScaledFormats) {
+  const TempTable f("[" + entry("one", "", R"({"fp4": 100, "fp6": 50, "fp64": 1})") + ", " +
+                    entry("two", "", R"({"fp4": 100, "nvfp4": 120})") + ", " +
+                    entry("mx", "", R"({"mxfp4": 80, "fp6": 80})") + "]");
+  const auto t = GpuTable::load(f.path.string());
+  const auto one = t.get("one"), two = t.get("two"), mx = t.get("mx");
+  EXPECT_DOUBLE_EQ(one.peak_tflops.at(DType::nvfp4), 100);
+  EXPECT_DOUBLE_EQ(one.peak_tflops.at(DType::mxfp4), 100);
+  EXPECT_DOUBLE_EQ(one.peak_tflops.at(DType::fp6), 50);
+  EXPECT_EQ(one.peak_tflops.size(), 3u);
+  EXPECT_DOUBLE_EQ(two.peak_tflops.at(DType::nvfp4), 120);
+  EXPECT_DOUBLE_EQ(two.peak_tflops.at(DType::mxfp4), 100);
+  EXPECT_EQ(mx.peak_tflops.count(DType::nvfp4), 0u);
+  EXPECT_DOUBLE_EQ(mx.peak_tflops.at(DType::mxfp4), 80);
+  const auto c = one.ceilings().compute_for(DType::nvfp4, CeilingSource::datasheet);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_DOUBLE_EQ(c->value, 100e12);
+  const TempTable bad("[" + entry("bad", "", R"({"fp4": 0})") + "]");
+  EXPECT_THROW(GpuTable::load(bad.path.string()), InputError);
+}
