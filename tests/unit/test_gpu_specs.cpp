@@ -1,5 +1,8 @@
 // The GPU spec table: every entry has its required parts and dense peaks, lookup by
 // driver name, datasheet ceilings carry their source, a malformed table is an input error.
+// Each entry of issue 30's part 2 is checked against its source's figures written as the
+// source prints them (sparse PFLOPS for a system, dense per GPU, TB/s, GB), so that a
+// typo in gpus.json fails here.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +15,14 @@
 using namespace phasebench;
 
 namespace {
+constexpr std::uint64_t kGiB = 1ull << 30;
+constexpr std::uint64_t kMiB = 1ull << 20;
+// A system datasheet's sparse PFLOPS for `gpus` GPUs, as dense TFLOP/s per GPU.
+double dense_per_gpu_from_sparse(double sparse_pflops, int gpus) { return sparse_pflops * 1000 / 2 / gpus; }
+// A dense PFLOPS figure for `gpus` GPUs, per GPU in TFLOP/s.
+double per_gpu(double pflops, int gpus) { return pflops * 1000 / gpus; }
+double tb_per_s(double tb) { return tb * 1000; }  // TB/s -> GB/s (decimal)
+
 // A GPU table in a temporary file, removed with the object.
 struct TempTable {
   std::filesystem::path path;
@@ -32,7 +43,7 @@ std::string entry(const std::string& key, const std::string& extra, const std::s
 TEST(GpuSpecs, RequiredPartsArePresentWithDensePeaks) {
   const auto t = GpuTable::load();
   for (const char* key : {"h100-sxm", "h100-pcie", "h200-sxm", "a100-sxm4-80gb", "a100-pcie-40gb", "l40s", "l4", "a10",
-                          "rtx-4090"})
+                          "rtx-4090", "b200-sxm", "b300-sxm", "gb200", "gb300", "rtx-pro-6000-bse", "h20"})
     EXPECT_TRUE(t.find(key).has_value()) << key;
   const auto h100 = t.get("h100-sxm");
   EXPECT_NEAR(h100.peak_tflops.at(DType::bf16), 989.5, 1.0);  // dense, not the 1979 sparse figure
@@ -72,6 +83,137 @@ TEST(GpuSpecs, DatasheetCeilingsCarryTheirSource) {
 }
 
 TEST(GpuSpecs, MalformedTableIsAnInputError) { EXPECT_THROW(GpuTable::load("/nonexistent/gpus.json"), InputError); }
+
+// HGX B200 (8 GPUs): FP4 144 | 72 PFLOPS (sparse | dense); FP8/FP6 72, INT8 72 POPS,
+// FP16/BF16 36, TF32 18 PFLOPS, all sparse; FP32 600 TFLOPS; 1.4 TB. DGX B200: 1,440 GB,
+// 64 TB/s. Blackwell tuning guide: 126 MB L2 (126.50 MB reported). 1000 W.
+TEST(GpuSpecs, B200AgainstTheHgxAndDgxB200Datasheets) {
+  const auto g = GpuTable::load().get("b200-sxm");
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::nvfp4), per_gpu(72, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::mxfp4), per_gpu(72, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp8), dense_per_gpu_from_sparse(72, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp6), dense_per_gpu_from_sparse(72, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::int8), dense_per_gpu_from_sparse(72, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::bf16), dense_per_gpu_from_sparse(36, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp16), dense_per_gpu_from_sparse(36, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::tf32), dense_per_gpu_from_sparse(18, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp32), 600.0 / 8);
+  EXPECT_EQ(g.memory_bytes, 1440 / 8 * kGiB);
+  EXPECT_DOUBLE_EQ(g.memory_bandwidth_gbps, tb_per_s(64) / 8);
+  EXPECT_EQ(g.l2_bytes, static_cast<std::uint64_t>(126.5 * kMiB));
+  EXPECT_EQ(g.sm_count, 148);
+  EXPECT_EQ(g.tdp_watts, 1000);
+  EXPECT_DOUBLE_EQ(g.interconnect_gbps, tb_per_s(1.8));
+  EXPECT_EQ(g.compute_capability, "10.0");
+}
+
+// HGX B300 (8 GPUs): FP4 144 | 108 PFLOPS (sparse | dense); FP8/FP6 72, FP16/BF16 36,
+// TF32 18 PFLOPS sparse; FP32 600 TFLOPS. Blackwell Ultra blog: 288 GB, 8 TB/s.
+// nvidia-smi: 1100 W power cap.
+TEST(GpuSpecs, B300AgainstTheHgxB300DatasheetAndTheBlackwellUltraBlog) {
+  const auto g = GpuTable::load().get("b300-sxm");
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::nvfp4), per_gpu(108, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::mxfp4), per_gpu(108, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp8), dense_per_gpu_from_sparse(72, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp6), dense_per_gpu_from_sparse(72, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::bf16), dense_per_gpu_from_sparse(36, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::tf32), dense_per_gpu_from_sparse(18, 8));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp32), 600.0 / 8);
+  EXPECT_EQ(g.peak_tflops.count(DType::int8), 0u);  // no current figure found
+  EXPECT_EQ(g.memory_bytes, 288 * kGiB);
+  EXPECT_DOUBLE_EQ(g.memory_bandwidth_gbps, tb_per_s(8));
+  EXPECT_EQ(g.tdp_watts, 1100);
+  EXPECT_EQ(g.sm_count, 148);
+  EXPECT_EQ(g.compute_capability, "10.3");
+}
+
+// GB200 NVL72: NVFP4 40 | 20 PFLOPS per superchip (2 GPUs, sparse | dense); the brief's
+// per-GPU sparse FP8/FP6 10, INT8 10 POPS, FP16/BF16 5, TF32 2.5 PFLOPS; 720 PFLOPS FP8
+// (sparse) for 72 GPUs; 13.4 TB (186 GB per GPU); 8 TB/s; 1200 W.
+TEST(GpuSpecs, GB200AgainstTheNvl72PageAndTheBlackwellBrief) {
+  const auto g = GpuTable::load().get("gb200");
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::nvfp4), per_gpu(20, 2));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::mxfp4), per_gpu(20, 2));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp8), dense_per_gpu_from_sparse(10, 1));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp8), dense_per_gpu_from_sparse(720, 72));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp6), dense_per_gpu_from_sparse(10, 1));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::int8), dense_per_gpu_from_sparse(10, 1));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::bf16), dense_per_gpu_from_sparse(5, 1));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::tf32), dense_per_gpu_from_sparse(2.5, 1));
+  EXPECT_EQ(g.memory_bytes, 186 * kGiB);
+  EXPECT_NEAR(186.0 * 72 / 1000, 13.4, 0.05);  // the rack's 13.4 TB
+  EXPECT_DOUBLE_EQ(g.memory_bandwidth_gbps, tb_per_s(8));
+  EXPECT_EQ(g.tdp_watts, 1200);
+  EXPECT_EQ(g.compute_capability, "10.0");
+}
+
+// GB300 NVL72 (72 GPUs, sparse unless noted): FP4 1,440 PFLOPS, 1,080 without sparsity;
+// FP8/FP6 720, FP16/BF16 360, TF32 180 PFLOPS, INT8 24 POPS; 576 TB/s. Blackwell Ultra
+// blog: 288 GB per GPU, up to 1,400 W.
+TEST(GpuSpecs, GB300AgainstTheNvl72Page) {
+  const auto g = GpuTable::load().get("gb300");
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::nvfp4), per_gpu(1080, 72));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::mxfp4), per_gpu(1080, 72));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp8), dense_per_gpu_from_sparse(720, 72));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp6), dense_per_gpu_from_sparse(720, 72));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::bf16), dense_per_gpu_from_sparse(360, 72));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::tf32), dense_per_gpu_from_sparse(180, 72));
+  EXPECT_NEAR(g.peak_tflops.at(DType::int8), dense_per_gpu_from_sparse(24, 72), 0.05);
+  EXPECT_EQ(g.memory_bytes, 288 * kGiB);
+  EXPECT_DOUBLE_EQ(g.memory_bandwidth_gbps, tb_per_s(576) / 72);
+  EXPECT_EQ(g.tdp_watts, 1400);
+  EXPECT_EQ(g.compute_capability, "10.3");
+}
+
+// RTX PRO 6000 Blackwell Server Edition page (no sparse/dense label; halved, see the
+// entry's notes): FP4 4, FP8 2, FP16/BF16 1 PFLOPS; datasheet: FP32 120 TFLOPS, 96 GB
+// GDDR7, 1597 GB/s, up to 600 W; PCIe Gen5, no NVLink.
+TEST(GpuSpecs, RtxPro6000ServerEditionAgainstItsPageAndDatasheet) {
+  const auto g = GpuTable::load().get("rtx-pro-6000-bse");
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::nvfp4), dense_per_gpu_from_sparse(4, 1));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::mxfp4), dense_per_gpu_from_sparse(4, 1));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp8), dense_per_gpu_from_sparse(2, 1));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::bf16), dense_per_gpu_from_sparse(1, 1));
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp32), 120);
+  EXPECT_EQ(g.peak_tflops.count(DType::tf32), 0u);  // the page's 234 may be dense or sparse
+  EXPECT_EQ(g.memory_bytes, 96 * kGiB);
+  EXPECT_DOUBLE_EQ(g.memory_bandwidth_gbps, 1597);
+  EXPECT_EQ(g.tdp_watts, 600);
+  EXPECT_EQ(g.sm_count, 188);
+  EXPECT_NE(g.interconnect.find("PCIe Gen5"), std::string::npos);
+  EXPECT_EQ(g.compute_capability, "12.0");
+}
+
+// H20 as the press reports NVIDIA's sheet (dense): FP8/INT8 296, BF16/FP16 148, TF32 74,
+// FP32 44 TFLOPS; 96 GB HBM3, 4.0 TB/s, 400 W, NVLink 900 GB/s.
+TEST(GpuSpecs, H20AgainstItsReportedSpecificationSheet) {
+  const auto g = GpuTable::load().get("h20");
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp8), 296);
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::int8), 296);
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::bf16), 148);
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::tf32), 74);
+  EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp32), 44);
+  EXPECT_EQ(g.peak_tflops.count(DType::nvfp4), 0u);  // Hopper: no FP4
+  EXPECT_EQ(g.memory_bytes, 96 * kGiB);
+  EXPECT_DOUBLE_EQ(g.memory_bandwidth_gbps, tb_per_s(4.0));
+  EXPECT_EQ(g.tdp_watts, 400);
+  EXPECT_EQ(g.sm_count, 78);
+  EXPECT_DOUBLE_EQ(g.interconnect_gbps, 900);
+}
+
+// The driver names (nvidia-smi / cudaDeviceProp::name) resolve to their entries;
+// near misses do not.
+TEST(GpuSpecs, NewDriverNamesResolve) {
+  const auto t = GpuTable::load();
+  EXPECT_EQ(t.match_driver_name("NVIDIA B200")->key, "b200-sxm");
+  EXPECT_EQ(t.match_driver_name("NVIDIA B300 SXM6 AC")->key, "b300-sxm");
+  EXPECT_EQ(t.match_driver_name("NVIDIA GB200")->key, "gb200");
+  EXPECT_EQ(t.match_driver_name("NVIDIA GB300")->key, "gb300");
+  EXPECT_EQ(t.match_driver_name("NVIDIA RTX PRO 6000 Blackwell Server Edition")->key, "rtx-pro-6000-bse");
+  EXPECT_EQ(t.match_driver_name("NVIDIA H20")->key, "h20");
+  EXPECT_FALSE(t.match_driver_name("NVIDIA B300").has_value());
+  EXPECT_FALSE(t.match_driver_name("NVIDIA RTX PRO 6000 Blackwell Workstation Edition").has_value());
+}
 
 // An analytical-only entry is skipped by match_driver_name even when it lists driver
 // names; an ordinary entry with the same name is still found.
