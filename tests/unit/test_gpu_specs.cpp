@@ -43,7 +43,8 @@ std::string entry(const std::string& key, const std::string& extra, const std::s
 TEST(GpuSpecs, RequiredPartsArePresentWithDensePeaks) {
   const auto t = GpuTable::load();
   for (const char* key : {"h100-sxm", "h100-pcie", "h200-sxm", "a100-sxm4-80gb", "a100-pcie-40gb", "l40s", "l4", "a10",
-                          "rtx-4090", "b200-sxm", "b300-sxm", "gb200", "gb300", "rtx-pro-6000-bse", "h20"})
+                          "rtx-4090", "b200-sxm", "b300-sxm", "gb200", "gb300", "rtx-pro-6000-bse", "h20", "mi300x",
+                          "mi325x", "mi355x"})
     EXPECT_TRUE(t.find(key).has_value()) << key;
   const auto h100 = t.get("h100-sxm");
   EXPECT_NEAR(h100.peak_tflops.at(DType::bf16), 989.5, 1.0);  // dense, not the 1979 sparse figure
@@ -201,6 +202,51 @@ TEST(GpuSpecs, H20AgainstItsReportedSpecificationSheet) {
   EXPECT_DOUBLE_EQ(g.interconnect_gbps, 900);
 }
 
+// AMD prints dense peaks beside the sparse ones. MI300X: FP16/BF16 1307.4, FP8/INT8
+// 2614.9, TF32 653.7, FP32 163.4 TFLOPS; 192 GB HBM3, 5.3 TB/s, 750 W. MI325X: the same
+// compute; 256 GB HBM3E, 6 TB/s, 1000 W. ROCm table: 304 CUs, 256 MiB Infinity Cache.
+TEST(GpuSpecs, MI300XAndMI325XAgainstAmdsDatasheets) {
+  const auto t = GpuTable::load();
+  for (const char* key : {"mi300x", "mi325x"}) {
+    const auto g = t.get(key);
+    EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::bf16), 1307.4) << key;
+    EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp16), 1307.4) << key;
+    EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp8), 2614.9) << key;
+    EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::int8), 2614.9) << key;
+    EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::tf32), 653.7) << key;
+    EXPECT_DOUBLE_EQ(g.peak_tflops.at(DType::fp32), 163.4) << key;
+    EXPECT_EQ(g.peak_tflops.count(DType::mxfp4), 0u) << key;  // CDNA3: no FP4
+    EXPECT_EQ(g.sm_count, 304) << key;
+    EXPECT_EQ(g.l2_bytes, 256 * kMiB) << key;
+    EXPECT_EQ(g.architecture, "cdna3") << key;
+    EXPECT_TRUE(g.compute_capability.empty()) << key;
+  }
+  const auto mi300x = t.get("mi300x"), mi325x = t.get("mi325x");
+  EXPECT_EQ(mi300x.memory_bytes, 192 * kGiB);
+  EXPECT_DOUBLE_EQ(mi300x.memory_bandwidth_gbps, tb_per_s(5.3));
+  EXPECT_EQ(mi300x.tdp_watts, 750);
+  EXPECT_EQ(mi325x.memory_bytes, 256 * kGiB);
+  EXPECT_DOUBLE_EQ(mi325x.memory_bandwidth_gbps, tb_per_s(6));
+  EXPECT_EQ(mi325x.tdp_watts, 1000);
+}
+
+// MI355X brochure (dense): FP16/BF16 2.5166, OCP-FP8 5.0332, INT8 5.0332 POPS, MXFP6
+// 10.0663, MXFP4 10.0663 PFLOPS; 288 GB HBM3E, 8 TB/s, 1400 W; 256 CUs.
+TEST(GpuSpecs, MI355XAgainstAmdsBrochure) {
+  const auto g = GpuTable::load().get("mi355x");
+  EXPECT_NEAR(g.peak_tflops.at(DType::bf16), 2.5166 * 1000, 1e-9);
+  EXPECT_NEAR(g.peak_tflops.at(DType::fp8), 5.0332 * 1000, 1e-9);
+  EXPECT_NEAR(g.peak_tflops.at(DType::int8), 5.0332 * 1000, 1e-9);
+  EXPECT_NEAR(g.peak_tflops.at(DType::fp6), 10.0663 * 1000, 1e-9);
+  EXPECT_NEAR(g.peak_tflops.at(DType::mxfp4), 10.0663 * 1000, 1e-9);
+  EXPECT_EQ(g.peak_tflops.count(DType::nvfp4), 0u);  // CDNA4 has no NVFP4 path
+  EXPECT_EQ(g.memory_bytes, 288 * kGiB);
+  EXPECT_DOUBLE_EQ(g.memory_bandwidth_gbps, tb_per_s(8));
+  EXPECT_EQ(g.tdp_watts, 1400);
+  EXPECT_EQ(g.sm_count, 256);
+  EXPECT_EQ(g.architecture, "cdna4");
+}
+
 // The driver names (nvidia-smi / cudaDeviceProp::name) resolve to their entries;
 // near misses do not.
 TEST(GpuSpecs, NewDriverNamesResolve) {
@@ -213,6 +259,23 @@ TEST(GpuSpecs, NewDriverNamesResolve) {
   EXPECT_EQ(t.match_driver_name("NVIDIA H20")->key, "h20");
   EXPECT_FALSE(t.match_driver_name("NVIDIA B300").has_value());
   EXPECT_FALSE(t.match_driver_name("NVIDIA RTX PRO 6000 Blackwell Workstation Edition").has_value());
+}
+
+// AMD entries serve the analytical model only: found by key or name, never by a run's
+// device name, even the name ROCm reports.
+TEST(GpuSpecs, AmdEntriesAreAnalyticalOnly) {
+  const auto t = GpuTable::load();
+  for (const auto& [key, rocm_name] : {std::pair<const char*, const char*>{"mi300x", "AMD Instinct MI300X"},
+                                       {"mi325x", "AMD Instinct MI325X"},
+                                       {"mi355x", "AMD Instinct MI355X"}}) {
+    const auto g = t.get(key);
+    EXPECT_TRUE(g.analytical_only) << key;
+    EXPECT_EQ(t.get(rocm_name).key, key);
+    EXPECT_FALSE(t.match_driver_name(rocm_name).has_value()) << rocm_name;
+    EXPECT_FALSE(t.match_driver_name(key).has_value()) << key;
+  }
+  for (const auto& g : t.gpus())
+    EXPECT_TRUE(g.architecture.rfind("cdna", 0) != 0 || g.analytical_only) << g.key;
 }
 
 // An analytical-only entry is skipped by match_driver_name even when it lists driver
