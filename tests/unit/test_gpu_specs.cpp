@@ -8,7 +8,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
+#include "cli_test_util.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/gpu_specs.hpp"
 
@@ -313,4 +315,19 @@ TEST(GpuSpecs, Fp4KeysFillTheScaledFormats) {
   EXPECT_DOUBLE_EQ(c->value, 100e12);
   const TempTable bad("[" + entry("bad", "", R"({"fp4": 0})") + "]");
   EXPECT_THROW(GpuTable::load(bad.path.string()), InputError);
+}
+
+// `phasebench gpus` lists every entry with its fp4 and fp6 peaks and keeps to 160 columns.
+TEST(GpuSpecs, GpusListingShowsFp4AndFp6Within160Columns) {
+  const auto r = phasebench::test::run_cli("gpus");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::istringstream in(r.out);
+  std::string line;
+  while (std::getline(in, line)) EXPECT_LE(line.size(), 160u) << line;
+  EXPECT_NE(r.out.find("fp4 TF"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fp6 TF"), std::string::npos) << r.out;
+  const auto table = GpuTable::load();
+  for (const auto& g : table.gpus()) EXPECT_NE(r.out.find(g.key), std::string::npos) << g.key;
+  EXPECT_NE(r.out.find("10066m"), std::string::npos) << r.out;  // MI355X: MXFP4 only
+  EXPECT_NE(r.out.find("* analytical only"), std::string::npos) << r.out;
 }
