@@ -804,19 +804,53 @@ int cmd_gpus(int argc, char** argv) {
   CLI::App app{"List the GPU spec table (dense datasheet peaks).", "phasebench gpus"};
   return run_command(app, argc, argv, [&]() -> int {
     const auto table = GpuTable::load();
-    std::cout << fmt::format("{:<16} {:<28} {:>8} {:>8} {:>9} {:>9} {:>9}  {}\n", "key", "name", "GB/s", "mem GiB",
-                             "bf16 TF", "fp8 TF", "fp32 TF", "driver names");
+    // Cut to a column's width, so that the table keeps to 160 columns.
+    auto cut = [](const std::string& s, std::size_t w) { return s.size() <= w ? s : s.substr(0, w - 2) + ".."; };
+    std::cout << fmt::format("{:<16} {:<32} {:>4} {:>5} {:>5} {:>4} {:>5} {:>7} {:>7} {:>7} {:>8} {:>6}  {}\n", "key",
+                             "name", "SMs", "L2MiB", "GB/s", "GiB", "TDP W", "bf16 TF", "fp8 TF", "fp6 TF", "fp4 TF",
+                             "fp32", "driver name");
+    bool any_analytical = false;
     for (const auto& g : table.gpus()) {
-      auto tf = [&](DType t) {
+      auto peak = [&](DType t) -> std::optional<double> {
         auto it = g.peak_tflops.find(t);
-        return it == g.peak_tflops.end() ? std::string("-") : fmt::format("{:.1f}", it->second);
+        return it == g.peak_tflops.end() ? std::nullopt : std::optional<double>(it->second);
       };
-      std::string names;
-      for (const auto& d : g.driver_names) names += (names.empty() ? "" : " | ") + d;
-      std::cout << fmt::format("{:<16} {:<28} {:>8.0f} {:>8.0f} {:>9} {:>9} {:>9}  {}\n", g.key, g.name,
-                               g.memory_bandwidth_gbps, g.memory_bytes / 1073741824.0, tf(DType::bf16), tf(DType::fp8),
-                               tf(DType::fp32), names);
+      // One decimal below 1000 TFLOP/s (19.5, 989.5), none above.
+      auto num = [](double v) { return v < 1000 ? fmt::format("{:.1f}", v) : fmt::format("{:.0f}", v); };
+      auto tf = [&](DType t) {
+        const auto p = peak(t);
+        return p ? num(*p) : std::string("-");
+      };
+      // fp4: NVFP4, with MXFP4 beside it where the two differ; "m" where only MXFP4 runs (AMD).
+      const auto nv = peak(DType::nvfp4), mx = peak(DType::mxfp4);
+      std::string fp4 = "-";
+      if (nv && mx && *nv != *mx)
+        fp4 = num(*nv) + "/" + num(*mx);
+      else if (nv)
+        fp4 = num(*nv);
+      else if (mx)
+        fp4 = num(*mx) + "m";
+      auto count = [](auto v) { return v > 0 ? fmt::format("{}", v) : std::string("-"); };
+      std::string driver;
+      if (g.analytical_only) {
+        driver = "* analytical only";
+        any_analytical = true;
+      } else if (!g.driver_names.empty()) {
+        driver = g.driver_names.front();
+        if (g.driver_names.size() > 1) driver += fmt::format(" +{}", g.driver_names.size() - 1);
+      }
+      std::cout << fmt::format("{:<16} {:<32} {:>4} {:>5} {:>5.0f} {:>4.0f} {:>5} {:>7} {:>7} {:>7} {:>8} {:>6}  {}\n",
+                               cut(g.key, 16), cut(g.name, 32), count(g.sm_count),
+                               g.l2_bytes ? fmt::format("{:.0f}", g.l2_bytes / 1048576.0) : std::string("-"),
+                               g.memory_bandwidth_gbps, g.memory_bytes / 1073741824.0, count(g.tdp_watts),
+                               tf(DType::bf16), tf(DType::fp8), tf(DType::fp6), fp4, tf(DType::fp32), cut(driver, 36));
     }
+    std::cout << "dense peaks in TFLOP/s; fp4 TF: NVFP4 (a/b: NVFP4/MXFP4 where they differ; m: MXFP4 only); "
+                 "L2MiB: the last-level cache; -: not in the table";
+    if (any_analytical)
+      std::cout << "\n* analytical only (phasebench model --gpu): never matched to a run's device; SMs counts "
+                   "compute units (AMD), L2MiB its Infinity Cache";
+    std::cout << "\n";
     return 0;
   });
 }

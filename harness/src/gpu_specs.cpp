@@ -28,6 +28,23 @@ std::string lower_trim(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   return s;
 }
+// peak_tflops_dense: one dense figure per dtype. "fp64" is not a dtype here (no
+// fp64 operations); "fp4" is one FP4 rate for both scaled formats, NVFP4 and
+// MXFP4, unless the entry gives that format its own key.
+void read_peaks(const nlohmann::json& peaks, std::map<DType, double>& out, const std::string& origin) {
+  std::optional<double> fp4;
+  for (const auto& [k, v] : peaks.items()) {
+    if (k == "fp64") continue;
+    const double tf = v.get<double>();
+    if (!(tf > 0)) throw InputError(origin + ": peak_tflops_dense." + k + " must be positive");
+    if (k == "fp4")
+      fp4 = tf;
+    else
+      out[parse_dtype(k)] = tf;
+  }
+  if (fp4)
+    for (DType t : {DType::nvfp4, DType::mxfp4}) out.try_emplace(t, *fp4);
+}
 }  // namespace
 
 Ceilings GpuSpec::ceilings() const {
@@ -50,6 +67,7 @@ GpuTable GpuTable::load(const std::string& path_in) {
       s.key = require_string(g, "key", origin);
       s.name = require_string(g, "name", origin);
       s.driver_names = g.value("driver_names", std::vector<std::string>{});
+      s.analytical_only = g.value("analytical_only", false);
       s.architecture = g.value("architecture", std::string{});
       s.compute_capability = g.value("compute_capability", std::string{});
       s.sm_count = g.value("sm_count", 0);
@@ -59,6 +77,7 @@ GpuTable GpuTable::load(const std::string& path_in) {
       s.memory_bandwidth_gbps = g.at("memory_bandwidth_gbps").get<double>();
       s.memory_bus_width_bits = g.value("memory_bus_width_bits", 0);
       s.l2_bytes = g.value("l2_bytes", std::uint64_t{0});
+      s.tdp_watts = g.value("tdp_watts", 0);
       if (g.contains("interconnect")) {
         const auto& ic = g.at("interconnect");
         s.interconnect = ic.at("name").get<std::string>();
@@ -83,10 +102,7 @@ GpuTable GpuTable::load(const std::string& path_in) {
                                     "shared-memory bytes per clock");
         s.performance_model = pm;
       }
-      for (const auto& [k, v] : g.at("peak_tflops_dense").items()) {
-        if (k == "fp64") continue;
-        s.peak_tflops[parse_dtype(k)] = v.get<double>();
-      }
+      read_peaks(g.at("peak_tflops_dense"), s.peak_tflops, origin);
       if (g.contains("sources"))
         for (const auto& src : g.at("sources")) {
           if (!s.sources.empty()) s.sources += "; ";
@@ -119,9 +135,11 @@ GpuSpec GpuTable::get(const std::string& name) const {
 
 std::optional<GpuSpec> GpuTable::match_driver_name(const std::string& driver_name) const {
   const auto n = lower_trim(driver_name);
-  for (const auto& g : gpus_)
+  for (const auto& g : gpus_) {
+    if (g.analytical_only) continue;
     for (const auto& d : g.driver_names)
       if (lower_trim(d) == n) return g;
+  }
   return std::nullopt;
 }
 

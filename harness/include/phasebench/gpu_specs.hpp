@@ -16,20 +16,27 @@ struct GpuSpec {
   std::string key;  // short slug, e.g. "h200-sxm"
   std::string name;
   std::vector<std::string> driver_names;  // as cudaDeviceProp::name reports them
+  // For the analytical model only (AMD Instinct): found by --gpu, never taken
+  // for a run's device by match_driver_name, whatever its driver_names.
+  bool analytical_only = false;
   std::string architecture;
   std::string compute_capability;
-  int sm_count = 0;
+  int sm_count = 0;  // compute units (CUs) on AMD
   int boost_clock_mhz = 0;
   std::uint64_t memory_bytes = 0;
   std::string memory_type;
   double memory_bandwidth_gbps = 0;  // decimal GB/s
   int memory_bus_width_bits = 0;
-  std::uint64_t l2_bytes = 0;
+  std::uint64_t l2_bytes = 0;  // the last-level cache: AMD's Infinity Cache
+  int tdp_watts = 0;           // the maximum board power the datasheet gives; 0: not in the table
   // GPU-to-GPU link (NVLink, else PCIe) as the datasheet gives it: both
   // directions together, per GPU; 0: not in the table.
   std::string interconnect;
   double interconnect_gbps = 0;
-  std::map<DType, double> peak_tflops;  // dense; int8 in TOPS
+  // Dense; int8 in TOPS. The table's "fp4" key fills nvfp4 and mxfp4 alike (one
+  // FP4 rate on the datasheet); "nvfp4" / "mxfp4" keys set one where they differ or
+  // only one exists (AMD has no NVFP4).
+  std::map<DType, double> peak_tflops;
   std::string sources;                  // documents, joined
   // What the speed-of-light estimate of `phasebench counters` needs beyond the
   // datasheet (speed_of_light.hpp), each with its source; absent for most GPUs.
@@ -62,6 +69,7 @@ class GpuTable {
   // Like find, but an unknown name is an InputError listing the known keys.
   GpuSpec get(const std::string& name) const;
   // Only an exact driver-name match: an unknown GPU is unknown, never guessed.
+  // Analytical-only entries are never matched.
   std::optional<GpuSpec> match_driver_name(const std::string& driver_name) const;
 
  private:
