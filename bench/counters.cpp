@@ -17,7 +17,8 @@ struct TargetMap {
   const char* gpu;
   const char* target;
 };
-constexpr TargetMap kTargets[] = {{"h200-sxm", "h200"}, {"h100-sxm", "h100"}, {"a100-sxm4-80gb", "a100"}};
+constexpr TargetMap kTargets[] = {{"h200-sxm", "h200"}, {"h100-sxm", "h100"}, {"a100-sxm4-80gb", "a100"},
+                                   {"b200-sxm", "b200"}, {"rtx-pro-6000-bse", "rtxpro6000"}};
 
 std::string mb(double bytes) {
   if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);

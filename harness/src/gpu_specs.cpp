@@ -120,8 +120,9 @@ std::optional<GpuSpec> GpuTable::find(const std::string& name) const {
   const auto n = lower_trim(name);
   for (const auto& g : gpus_) {
     if (lower_trim(g.key) == n || lower_trim(g.name) == n) return g;
+    // A driver name with or without its vendor prefix: `--gpu b200` finds "NVIDIA B200".
     for (const auto& d : g.driver_names)
-      if (lower_trim(d) == n) return g;
+      if (lower_trim(d) == n || lower_trim(d) == "nvidia " + n) return g;
   }
   return std::nullopt;
 }
@@ -137,8 +138,9 @@ std::optional<GpuSpec> GpuTable::match_driver_name(const std::string& driver_nam
   const auto n = lower_trim(driver_name);
   for (const auto& g : gpus_) {
     if (g.analytical_only) continue;
+    // A driver name with or without its vendor prefix: `--gpu b200` finds "NVIDIA B200".
     for (const auto& d : g.driver_names)
-      if (lower_trim(d) == n) return g;
+      if (lower_trim(d) == n || lower_trim(d) == "nvidia " + n) return g;
   }
   return std::nullopt;
 }

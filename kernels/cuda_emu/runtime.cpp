@@ -69,16 +69,17 @@ constexpr Target kTargets[] = {
      81559ull << 20, 232448, 233472},
     {"a100", "NVIDIA A100-SXM4-80GB (pb_emu functional emulation)", 8, 0, 108, 1410000, 1593000, 5120, 40ull << 20,
      81229ull << 20, 166912, 167936},
-    // Blackwell. B200 (cc 10.0): 148 SMs, 8192-bit HBM3e at 8 TB/s, 126 MiB of
-    // L2; shared memory as on Hopper (227 KiB a block, 228 KiB an SM; CUDA C++
-    // Programming Guide, compute capability 10.0).
-    {"b200", "NVIDIA B200 (pb_emu functional emulation)", 10, 0, 148, 1965000, 3906000, 8192, 126ull << 20,
+    // Blackwell. B200 (cc 10.0): 148 SMs, HBM3e at 8 TB/s (the 7680-bit bus drivers
+    // report), 126 MiB of L2; shared memory as on Hopper (227 KiB a block, 228 KiB an
+    // SM; CUDA C++ Programming Guide, compute capability 10.0). gpus.json: b200-sxm.
+    {"b200", "NVIDIA B200 (pb_emu functional emulation)", 10, 0, 148, 1965000, 4166000, 7680, 126ull << 20,
      183359ull << 20, 232448, 233472},
     // RTX PRO 6000 Blackwell Server Edition (cc 12.0): 188 SMs, 512-bit GDDR7 at
-    // 1792 GB/s, 128 MiB of L2; the small shared memory of the consumer parts (99
+    // 1597 GB/s, 128 MiB of L2; the small shared memory of the consumer parts (99
     // KiB a block, 100 KiB an SM; CUDA C++ Programming Guide, compute capability 12.0).
+    // gpus.json: rtx-pro-6000-bse.
     {"rtxpro6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition (pb_emu functional emulation)", 12, 0, 188, 2617000,
-     14000000, 512, 128ull << 20, 97887ull << 20, 101376, 102400},
+     12477000, 512, 128ull << 20, 97887ull << 20, 101376, 102400},
 };
 
 // ---- errors ---------------------------------------------------------------------------

@@ -74,6 +74,11 @@ TEST(GpuSpecs, LookupByDriverName) {
   EXPECT_FALSE(t.match_driver_name("NVIDIA H300").has_value());
   EXPECT_FALSE(t.match_driver_name("NVIDIA H100").has_value());
   EXPECT_THROW(t.get("NVIDIA H300"), InputError);
+  // --gpu takes a driver name without its vendor prefix, exactly as well.
+  EXPECT_EQ(t.get("b200").key, "b200-sxm");
+  EXPECT_EQ(t.get("GB300").key, "gb300");
+  EXPECT_EQ(t.get("h20").key, "h20");
+  EXPECT_FALSE(t.find("h100").has_value());  // "NVIDIA H100" is no driver name
 }
 
 TEST(GpuSpecs, DatasheetCeilingsCarryTheirSource) {

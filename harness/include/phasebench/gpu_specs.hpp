@@ -64,7 +64,8 @@ class GpuTable {
   // Loads harness/data/gpus.json (or `path`); throws InputError when missing or malformed.
   static GpuTable load(const std::string& path = "");
   const std::vector<GpuSpec>& gpus() const { return gpus_; }
-  // By key ("h200-sxm"), marketing name or a driver name, case-insensitive.
+  // By key ("h200-sxm"), marketing name or a driver name (its "NVIDIA " optional: "b200"),
+  // case-insensitive.
   std::optional<GpuSpec> find(const std::string& name) const;
   // Like find, but an unknown name is an InputError listing the known keys.
   GpuSpec get(const std::string& name) const;
