@@ -9,6 +9,7 @@
 #include "cuda/decode_attention_plan.hpp"
 #include "cuda/kv_append_plan.hpp"
 #include "cuda/linear_cublaslt.hpp"
+#include "cuda/prefill_attention.hpp"
 #include "cuda/prefill_attention_plan.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/layer.hpp"
@@ -42,6 +43,11 @@ std::optional<std::string> layer_op_unsupported(const OpRequest& r, const Contex
   if (auto why = st.phase == Phase::prefill ? prefill_attention_unsupported(t, Hq, Hkv, D, false)
                                             : decode_attention_unsupported(t, Hq, Hkv, D, false, 0))
     return "layer: " + *why;
+  // The flash kernel's tiles, against this device's shared memory (sm_120: 99 KiB a block).
+  if (st.phase == Phase::prefill)
+    if (auto why = shared_memory_unsupported("prefill flash attention (head_dim " + std::to_string(D) + ")",
+                                             prefill_flash_smem_bytes(static_cast<int>(D)), ctx))
+      return "layer: " + *why;
   if (auto why = kv_append_unsupported(t, D, false, 0)) return "layer: " + *why;
   const auto M = st.batch * st.new_tokens;
   const auto Nq = d.heads * d.head_dim, Nqkv = (d.heads + 2 * d.kv_heads) * d.head_dim;

@@ -302,8 +302,11 @@ TEST(Analytical, Fp4WeightsAreExactAndComputeInFp4WhereTheGpuHasIt) {
   EXPECT_NE(to_json(mx).dump().find("\"compute_dtype\":\"mxfp4\""), std::string::npos);
   // An H200 has no FP4 ceiling: the same weights are widened to bf16 (weight-only).
   in.weights.reset();
-  for (const auto& o : estimate(m, h200, in).prefill.ops)
-    if (o.op.kind == "grouped_linear") EXPECT_EQ(o.compute_dtype, DType::bf16) << o.op.name;
+  for (const auto& o : estimate(m, h200, in).prefill.ops) {
+    if (o.op.kind == "grouped_linear") {
+      EXPECT_EQ(o.compute_dtype, DType::bf16) << o.op.name;
+    }
+  }
   // --weight-dtype nvfp4: groups of 16 with an e4m3 scale and an fp32 scale per matrix.
   in.weights = WeightFormat::parse("nvfp4");
   const auto nv = estimate(load_model("llama-3.1-8b"), b200, in);
