@@ -432,6 +432,17 @@ std::string to_text(const Estimate& e) {
     out += fmt::format("  {} parameters ({:.3f} B)\n", e.params, e.params / 1e9);
   out += fmt::format("  weights {}{}: linear layers {}, the rest {}-bit\n", human_bytes(static_cast<double>(e.weight_bytes)),
                      e.in.tp > 1 ? " per GPU" : "", e.precision.linear.name, 8 * e.precision.w);
+  // Which ceiling the quantised layers' math meets: FP4 only where the GPU has one.
+  if (sub_byte(e.precision.linear.compute)) {
+    DType used = e.precision.linear.compute;
+    for (const auto& o : e.prefill.ops)
+      if (o.op.compute == e.precision.linear.compute) used = o.compute_dtype;
+    out += used == e.precision.linear.compute
+               ? fmt::format("  the {} layers compute in {} (this GPU's FP4 ceiling)\n", e.precision.linear.name.substr(0, 5),
+                             to_string(used))
+               : fmt::format("  the {} layers compute in {}: this GPU has no FP4 ceiling, the weights are widened "
+                             "(weight-only)\n", e.precision.linear.name.substr(0, 5), to_string(used));
+  }
   if (e.in.tp > 1) {
     const auto s = tensor_parallel_shard(m, e.in.tp);
     out += fmt::format(

@@ -300,8 +300,10 @@ TEST(Analytical, Fp4WeightsAreExactAndComputeInFp4WhereTheGpuHasIt) {
   EXPECT_EQ(fp4_ops, 2);
   EXPECT_LT(mx.prefill.time_s, bf.prefill.time_s);
   EXPECT_NE(to_json(mx).dump().find("\"compute_dtype\":\"mxfp4\""), std::string::npos);
+  EXPECT_NE(to_text(mx).find("the mxfp4 layers compute in mxfp4 (this GPU's FP4 ceiling)"), std::string::npos);
   // An H200 has no FP4 ceiling: the same weights are widened to bf16 (weight-only).
   in.weights.reset();
+  EXPECT_NE(to_text(estimate(m, h200, in)).find("compute in bf16: this GPU has no FP4 ceiling"), std::string::npos);
   for (const auto& o : estimate(m, h200, in).prefill.ops) {
     if (o.op.kind == "grouped_linear") {
       EXPECT_EQ(o.compute_dtype, DType::bf16) << o.op.name;
