@@ -64,6 +64,7 @@ MEAN_METRICS = {"launch__registers_per_thread", "sm__warps_active.avg.pct_of_pea
 DEFAULT_POINTS = (
     r"^decode/linear/llama-3\.1-8b\.down_proj/bf16/batch:1/impl:own$",
     r"^decode/linear_int4/llama-3\.1-8b\.down_proj/bf16/batch:1/group:128/impl:own$",
+    r"^decode/linear_fp4/llama-3\.1-8b\.down_proj/bf16/batch:1/format:mxfp4/impl:own$",
     r"^decode/decode_attention/llama-3\.1-8b/bf16/batch:8/context:4096$",
     r"^decode/decode_attention/llama-3\.1-70b/bf16/batch:8/context:4096$",
     r"^decode/latent_attention/deepseek-v3/bf16/batch:8/context:1024$",

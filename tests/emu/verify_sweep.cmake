@@ -1,7 +1,7 @@
 # The end-to-end check of the emulated build: phasebench-emu runs
 # `run --backend=cuda --verify-only` over every op group on a tiny model (prefill
-# linear through cuBLASLt, decode GEMV own and cuBLASLt rows, decode attention
-# contiguous, paged and split-KV, KV append, prefill attention flash and cuBLAS,
+# linear through cuBLASLt, decode GEMV own and cuBLASLt rows, the FP4 GEMV in both
+# formats, decode attention contiguous, paged and split-KV, KV append, prefill attention flash and cuBLAS,
 # whole layers in prefill and decode, a free-form shape; then the MoE experts on
 # a tiny mixture of experts; MLA decode attention on DeepSeek-V2-Lite's shape); every point must be
 # prepared and verified (none wrong, none skipped but a library row's refusal), and timing
@@ -34,14 +34,17 @@ endfunction()
 
 verify_only("every op group"
   ARGS --model ${MODEL} --dtype bf16,fp16
-       --ops prefill_linear,decode_linear,decode_attention,kv_append,prefill_attention,layer,free
+       --ops prefill_linear,decode_linear,linear_fp4,decode_attention,kv_append,prefill_attention,layer,free
        --batches 1,2 --prompts 17,64 --decode-batches 1,3,16,20 --attention-batches 1,3 --contexts 33,1000
+       --axis linear_fp4.batch=1,3
        --append-batches 1,5 --append-context 100 --prefill-attention-prompts 65,130 --page-size 16
        --shape 5,40,72
   WANTS
     "ok +prefill/linear/.*impl:blas"
     "ok +decode/linear/.*batch:3/impl:own"
     "ok +decode/linear/.*batch:20/impl:blas"
+    "ok +decode/linear_fp4/.*batch:3/format:mxfp4/impl:own"
+    "ok +decode/linear_fp4/.*batch:1/format:nvfp4/impl:own"
     "ok +decode/decode_attention/.*context:1000"
     "ok +decode/decode_attention_paged/.*context:33/page:16"
     "ok +decode/kv_append/"

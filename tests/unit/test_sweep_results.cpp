@@ -345,6 +345,38 @@ TEST(Summary, Int4AgainstBf16OnTheSameShapes) {
   EXPECT_EQ(s.find("m.o_proj"), std::string::npos) << s;
 }
 
+TEST(Summary, Fp4AgainstBf16OnTheSameShapesPerFormat) {
+  // Our bf16 GEMV and FP4 GEMV in both formats on one projection at batch 1; an FP4
+  // point without a bf16 twin is left out.
+  nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 2}}}}}, {"benchmarks", nlohmann::json::array()}};
+  auto add = [&](const std::string& op, const std::string& format, double t, const std::string& target) {
+    const std::string name = "decode/" + op + "/m." + target + "/bf16/batch:1" +
+                             (format.empty() ? "" : "/format:" + format) + "/impl:own";
+    nlohmann::json args = {{"batch", 1}};
+    if (!format.empty()) args["format"] = format;
+    doc["benchmarks"].push_back({{"name", name},
+                                 {"run_name", name},
+                                 {"run_type", "iteration"},
+                                 {"phasebench",
+                                  {{"phase", "decode"}, {"op", op}, {"model", "m"}, {"target", target}, {"impl", "own"},
+                                   {"dtype", "bf16"}, {"status", "ok"}, {"args", args},
+                                   {"time", {{"median_s", t}}}}}});
+  };
+  add("linear", "", 400e-6, "down_proj");
+  add("linear_fp4", "mxfp4", 125e-6, "down_proj");
+  add("linear_fp4", "nvfp4", 160e-6, "down_proj");
+  add("linear_fp4", "mxfp4", 50e-6, "o_proj");
+  const auto s = summarize(doc);
+  EXPECT_NE(s.find("FP4 weights vs bf16"), std::string::npos) << s;
+  EXPECT_NE(s.find("m.down_proj                               1   mxfp4     400.0 us     125.0 us     3.20x"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("m.down_proj                               1   nvfp4     400.0 us     160.0 us     2.50x"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(s.find("m.o_proj"), std::string::npos) << s;
+}
+
 TEST(Summary, EachImplementationHasItsOwnRow) {
   // Our GEMV at 30% and the BLAS row at 90% on the same layers: one median over
   // both (60%) would describe neither (issue 27).
