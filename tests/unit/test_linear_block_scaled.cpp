@@ -61,7 +61,7 @@ std::vector<std::string> names(const std::vector<Point>& pts) {
   return v;
 }
 
-TEST(LinearFp4Cost, CountsValuesBlockScalesAndTheTensorScaleExactly) {
+TEST(BlockScaledLinearCost, CountsValuesBlockScalesAndTheTensorScaleExactly) {
   // N = 200, K = 96, M = 37: nvfp4 has 6 e4m3 scales a row (blocks of 16) and 4
   // bytes of fp32 tensor scale a matrix; mxfp4 3 e8m0 scales a row (blocks of 32).
   const auto nv = linear_request({37, 200, 96}, DType::nvfp4, Impl::blas).cost();
@@ -86,7 +86,7 @@ TEST(LinearFp4Cost, CountsValuesBlockScalesAndTheTensorScaleExactly) {
   EXPECT_THROW(block_scaled_linear_cost({1, 8, 32}, DType::bf16), std::logic_error);
 }
 
-TEST(LinearFp4Axis, DefaultsRunNvfp4Mxfp4OnAGpuAndTheRunsTypeOnACpu) {
+TEST(BlockScaledLinearAxis, DefaultsRunNvfp4Mxfp4OnAGpuAndTheRunsTypeOnACpu) {
   const SweepGroup* g = OpRegistry::get().find_group("prefill_linear");
   ASSERT_NE(g, nullptr);
   const AxisDecl* a = g->axis("dtype");
@@ -105,7 +105,7 @@ TEST(LinearFp4Axis, DefaultsRunNvfp4Mxfp4OnAGpuAndTheRunsTypeOnACpu) {
   EXPECT_EQ(d.axes["prefill_linear"].texts["dtype"], a->cpu_text);
 }
 
-TEST(LinearFp4Axis, ABadWordIsOneLineNamingTheAxisAndTheWords) {
+TEST(BlockScaledLinearAxis, ABadWordIsOneLineNamingTheAxisAndTheWords) {
   for (const std::string bad : {"fp4", "bf16", "NVFP4", "run,int4"}) {
     SweepConfig c;
     try {
@@ -126,7 +126,7 @@ TEST(LinearFp4Axis, ABadWordIsOneLineNamingTheAxisAndTheWords) {
       << r.out;
 }
 
-TEST(LinearFp4Points, NamesRequestsAndCostsOfTheDefaultGpuSweep) {
+TEST(BlockScaledLinearPoints, NamesRequestsAndCostsOfTheDefaultGpuSweep) {
   FakeGpu gpu;
   const auto pts = prefill_points(gpu, {});
   const std::vector<std::string> projections{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
@@ -154,7 +154,7 @@ TEST(LinearFp4Points, NamesRequestsAndCostsOfTheDefaultGpuSweep) {
   EXPECT_EQ(down_nv.cost.bytes.writes, 128u * 4096 * 2);
 }
 
-TEST(LinearFp4Points, EachBlockScaledPointOnceWhateverTheRunsDtypes) {
+TEST(BlockScaledLinearPoints, EachBlockScaledPointOnceWhateverTheRunsDtypes) {
   FakeGpu gpu;
   // Two run dtypes: their own points each, the 4-bit ones once (in the first's scope).
   const auto two = names(prefill_points(gpu, {}, {DType::bf16, DType::fp16}));
@@ -176,7 +176,7 @@ TEST(LinearFp4Points, EachBlockScaledPointOnceWhateverTheRunsDtypes) {
     EXPECT_NE(n.find("/bf16/"), std::string::npos) << n;
 }
 
-TEST(LinearFp4Points, TheCpuSweepHasNone) {
+TEST(BlockScaledLinearPoints, TheCpuSweepHasNone) {
   // Its default is the run's type; asked for, nvfp4 has no CPU implementation, so no point.
   auto cpu = make_cpu_backend();
   for (const auto& p : prefill_points(*cpu, {})) EXPECT_EQ(p.request.dtype, DType::fp32) << p.name;

@@ -5,7 +5,7 @@
 // capability 10.0 (Blackwell) only: below it each test that runs one skips, saying
 // why, and the refusal (a skipped point with the reason) is tested instead. Under the
 // emulation the default target (h200) skips them; tests/CMakeLists.txt runs them
-// again on PB_EMU_TARGET=b200 (emu.linear_fp4_b200), where none may skip.
+// again on PB_EMU_TARGET=b200 (emu.block_scaled_linear_b200), where none may skip.
 #include <gtest/gtest.h>
 
 #include <cstdint>
