@@ -69,6 +69,15 @@ OpCost linear_cost(const LinearShape& s, const WeightFormat& w, std::uint64_t a_
   return c;
 }
 
+OpCost block_scaled_linear_cost(const LinearShape& s, DType t) {
+  if (!block_scaling(t))
+    throw std::logic_error("block_scaled_linear_cost: " + std::string(to_string(t)) + " is not a block-scaled type");
+  OpCost c = linear_cost(s, 0, 0, element_bytes(linear_output_type(t)));
+  c.bytes.weights = matrix_bytes(t, s.N, s.K);
+  c.bytes.activations = matrix_bytes(t, s.M, s.K);
+  return c;
+}
+
 OpCost grouped_linear_cost(std::uint64_t tokens, std::uint64_t k, std::uint64_t N, std::uint64_t K, double touched,
                            const WeightFormat& w, std::uint64_t a_in, std::uint64_t a_out) {
   const auto rows = mul(tokens, k, "routed tokens");

@@ -1,6 +1,8 @@
 // pb_emu: cuBLAS and cuBLASLt for the functional CUDA emulation. Handles and argument
 // checks follow the real libraries (same statuses, plus a sentence saying why); the
-// arithmetic is a float reference GEMM (OpenBLAS sgemm) queued as stream work.
+// arithmetic is a float reference GEMM (OpenBLAS sgemm) queued as stream work, and for
+// cuBLASLt's block-scaled FP4 matmul (NVFP4, MXFP4) the operands dequantised exactly
+// from their e2m1 values and tiled block scales and multiplied in double (dgemm).
 #include <cblas.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -102,6 +104,7 @@ std::string type_str(int t) {
     case CUDA_R_32I: return "CUDA_R_32I";
     case CUDA_R_8F_E4M3: return "CUDA_R_8F_E4M3";
     case CUDA_R_8F_E5M2: return "CUDA_R_8F_E5M2";
+    case CUDA_R_4F_E2M1: return "CUDA_R_4F_E2M1";
     default: return "cudaDataType " + std::to_string(t);
   }
 }
@@ -138,6 +141,51 @@ std::size_t type_bytes(int t) {
   }
 }
 bool is_fp8(int t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+bool is_fp4(int t) { return t == CUDA_R_4F_E2M1; }
+// Bits per element: the packed FP4 type's 4 besides the whole-byte types, 0 for others.
+std::size_t type_bits(int t) { return is_fp4(t) ? 4 : 8 * type_bytes(t); }
+
+// A matrix scale mode's name (cublasLtMatmulMatrixScale_t).
+std::string scale_mode_str(int mode) {
+  switch (mode) {
+    case CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: return "SCALAR_32F";
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3: return "VEC16_UE4M3";
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0: return "VEC32_UE8M0";
+    case CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: return "OUTER_VEC_32F";
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: return "VEC128_32F";
+    case CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F: return "BLK128x128_32F";
+    default: return "scale mode " + std::to_string(mode);
+  }
+}
+
+// ---- block scales (cuBLAS's "1D Block Scaling Factors Layout") -----------------------
+// A block-scaled matrix has one scale per `block` consecutive elements along k for
+// each of its `outer` rows (op(A) is m x k: m of them; op(B) k x n: n), kept in a
+// tensor of 128 x 4 tiles (128 outer indices by 4 blocks along k, 512 bytes each)
+// that covers the outer dimension padded to 128 and the blocks padded to 4, its
+// tiles in order along k first; inside a tile, outer index o and block b lie at
+// byte 16 * (o mod 32) + 4 * ((o / 32) mod 4) + (b mod 4). This is the emulation's
+// own reading, written apart from the benchmark's writer (kernels/cuda/linear_verify.cpp),
+// so that one checks the other.
+
+std::int64_t round_up(std::int64_t v, std::int64_t to) { return (v + to - 1) / to * to; }
+
+// Bytes of the scale tensor of `outer` rows of k / block scales.
+std::size_t scale_tensor_bytes(std::int64_t outer, std::int64_t k, int block) {
+  return static_cast<std::size_t>(round_up(outer, 128) * round_up(k / block, 4));
+}
+
+// The byte of the scale of outer index `o` and block `b` among `blocks` blocks along k.
+std::size_t scale_byte(std::int64_t o, std::int64_t b, std::int64_t blocks) {
+  const std::int64_t tile = (o / 128) * ((blocks + 3) / 4) + b / 4;
+  return static_cast<std::size_t>(tile * 512 + 16 * (o % 32) + 4 * ((o / 32) % 4) + b % 4);
+}
+
+// One scale's value: blocks of 16 have UE4M3 scales (an e4m3 without its sign bit,
+// which is ignored), blocks of 32 UE8M0 ones (2^(v - 127)).
+double scale_value(std::uint8_t v, int block) {
+  return block == 16 ? num::fp8e4m3_to_float(static_cast<std::uint8_t>(v & 0x7fu)) : num::e8m0_to_float(v);
+}
 
 std::string ptr_str(const void* p) {
   char buf[32];
@@ -173,13 +221,13 @@ struct Operand {
   std::int64_t rows = 0, cols = 0, ld = 0, stride = 0;
 
   std::size_t elem() const { return type_bytes(type); }
-  // Bytes one matrix of the batch spans from its first element.
+  // Bytes one matrix of the batch spans from its first element (FP4: two a byte).
   std::size_t extent() const {
     if (rows <= 0 || cols <= 0) return 0;
-    return static_cast<std::size_t>((cols - 1) * ld + rows) * elem();
+    return (static_cast<std::size_t>((cols - 1) * ld + rows) * type_bits(type) + 7) / 8;
   }
   const unsigned char* at(std::int64_t batch) const {
-    return static_cast<const unsigned char*>(ptr) + batch * stride * static_cast<std::int64_t>(elem());
+    return static_cast<const unsigned char*>(ptr) + batch * stride * static_cast<std::int64_t>(type_bits(type)) / 8;
   }
 };
 
@@ -193,8 +241,9 @@ struct Gemm {
   float alpha = 1, beta = 0;
   const void* alpha_dev = nullptr;  // device pointer mode: read when the work runs
   const void* beta_dev = nullptr;
-  const void* a_scale = nullptr;  // fp8 per-tensor scales (device floats), read when the work runs
-  const void* b_scale = nullptr;
+  const void* a_scale = nullptr;  // fp8 per-tensor scales (device floats), read when the work runs;
+  const void* b_scale = nullptr;  // block-scaled FP4: the scale tensors
+  int block = 0;                  // block-scaled FP4: values a scale (16: UE4M3, 32: UE8M0); 0: none
 };
 
 // What is wrong with the memory the GEMM touches ("" when all of it lies in
@@ -211,6 +260,10 @@ std::string extent_problem(const Gemm& g, bool read_c) {
   if (g.k > 0) {
     if (auto w = one(g.a, "A"); !w.empty()) return w;
     if (auto w = one(g.b, "B"); !w.empty()) return w;
+    if (g.block) {  // one matrix (block-scaled batches are refused)
+      if (auto w = range_problem(g.a_scale, scale_tensor_bytes(g.m, g.k, g.block), "A scale tensor"); !w.empty()) return w;
+      if (auto w = range_problem(g.b_scale, scale_tensor_bytes(g.n, g.k, g.block), "B scale tensor"); !w.empty()) return w;
+    }
   }
   if (read_c)
     if (auto w = one(g.c, "C"); !w.empty()) return w;
@@ -291,6 +344,50 @@ cudaError_t read_device_float(const Gemm& g, const void* p, const char* what, fl
   return cudaSuccess;
 }
 
+// A block-scaled FP4 operand stored k x outer (column-major, ld >= k: the "TN"
+// layout's A and B), dequantised exactly into a dense k x outer matrix of doubles:
+// each e2m1 value (the low nibble first) times its block's scale.
+void decode_block_scaled(const Operand& o, const void* scales, int block, std::vector<double>& dst) {
+  const auto* base = static_cast<const unsigned char*>(o.ptr);
+  const auto* sc = static_cast<const unsigned char*>(scales);
+  const std::int64_t k = o.rows, blocks = k / block;
+  dst.resize(static_cast<std::size_t>(o.rows * o.cols));
+  for (std::int64_t j = 0; j < o.cols; ++j)
+    for (std::int64_t l = 0; l < k; ++l) {
+      const std::int64_t e = j * o.ld + l;
+      const unsigned code = (base[e / 2] >> (e % 2 ? 4 : 0)) & 0xfu;
+      dst[static_cast<std::size_t>(j * k + l)] =
+          static_cast<double>(num::fp4e2m1_to_float(code)) * scale_value(sc[scale_byte(j, l / block, blocks)], block);
+    }
+}
+
+// The block-scaled stream work: D = alpha * (A with its scales)^T (B with its
+// scales) + beta * C, the products exact and summed in double (one matrix).
+void run_block_scaled(const Gemm& g, float alpha, float beta) {
+  const std::int64_t m = g.m, n = g.n, k = g.k;
+  std::vector<double> A, B, acc(static_cast<std::size_t>(m * n), 0.0);
+  if (k > 0 && alpha != 0.0f) {
+    decode_block_scaled(g.a, g.a_scale, g.block, A);
+    decode_block_scaled(g.b, g.b_scale, g.block, B);
+    cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                1.0, A.data(), static_cast<int>(k), B.data(), static_cast<int>(k), 0.0, acc.data(), static_cast<int>(m));
+  }
+  std::vector<float> col(static_cast<std::size_t>(m)), cin(static_cast<std::size_t>(m));
+  const std::size_t c_col = static_cast<std::size_t>(g.c.ld) * g.c.elem();
+  const std::size_t d_col = static_cast<std::size_t>(g.d.ld) * g.d.elem();
+  const unsigned char* cb = g.c.at(0);
+  auto* db = const_cast<unsigned char*>(g.d.at(0));
+  for (std::int64_t j = 0; j < n; ++j) {
+    if (beta != 0.0f) decode_run(cb + j * c_col, g.c.type, m, cin.data());
+    for (std::int64_t i = 0; i < m; ++i) {
+      double v = static_cast<double>(alpha) * acc[static_cast<std::size_t>(j * m + i)];
+      if (beta != 0.0f) v += static_cast<double>(beta) * cin[static_cast<std::size_t>(i)];
+      col[static_cast<std::size_t>(i)] = static_cast<float>(v);
+    }
+    encode_run(col.data(), g.d.type, m, db + j * d_col);
+  }
+}
+
 // The stream work: D = alpha * scale_A * scale_B * op(A) op(B) + beta * C, per batch.
 cudaError_t run_gemm(const Gemm& g) {
   float alpha = g.alpha, beta = g.beta, sa = 1, sb = 1;
@@ -298,14 +395,18 @@ cudaError_t run_gemm(const Gemm& g) {
     if (cudaError_t e = read_device_float(g, g.alpha_dev, "alpha", alpha); e != cudaSuccess) return e;
   if (g.beta_dev)
     if (cudaError_t e = read_device_float(g, g.beta_dev, "beta", beta); e != cudaSuccess) return e;
-  if (g.a_scale)
+  if (g.a_scale && !g.block)
     if (cudaError_t e = read_device_float(g, g.a_scale, "A scale", sa); e != cudaSuccess) return e;
-  if (g.b_scale)
+  if (g.b_scale && !g.block)
     if (cudaError_t e = read_device_float(g, g.b_scale, "B scale", sb); e != cudaSuccess) return e;
   // Checked again here: a graph may replay the work after its memory was freed.
   if (auto why = extent_problem(g, beta != 0.0f); !why.empty())
     return pb_emu::api_error(cudaErrorIllegalAddress, "pb_emu: " + g.call + " (running on its stream): " + why);
   if (g.m == 0 || g.n == 0) return cudaSuccess;
+  if (g.block) {
+    run_block_scaled(g, alpha, beta);
+    return cudaSuccess;
+  }
 
   const std::int64_t m = g.m, n = g.n, k = g.k;
   const bool product = k > 0 && alpha != 0.0f;  // as BLAS: alpha == 0 reads neither A nor B
@@ -391,6 +492,17 @@ std::string type_problem(int compute, int at, int bt, int ct, int dt, bool lt) {
   Rounding r;
   if (!compute_rounding(compute, r))
     return combo + " is not emulated (pb_emu computes in fp32: " + std::string(kSupportedNonFp8) + ")";
+  if (lt && (is_fp4(at) || is_fp4(bt))) {
+    if (compute != CUBLAS_COMPUTE_32F || !is_fp4(at) || !is_fp4(bt))
+      return combo + " is not a combination cuBLASLt supports (FP4 needs CUBLAS_COMPUTE_32F and both A and B "
+                     "CUDA_R_4F_E2M1)";
+    if (is_fp4(ct) || is_fp4(dt) || is_fp8(ct) || is_fp8(dt))
+      return combo + ": FP4 and fp8 outputs (with their D scales) are not emulated; use a 16BF, 16F or 32F C/D";
+    if (ct != dt || (dt != CUDA_R_16BF && dt != CUDA_R_16F && dt != CUDA_R_32F))
+      return combo + " is not a combination cuBLASLt supports (FP4 inputs take C/D 16BF, 16F or 32F, C's type "
+                     "equal to D's)";
+    return "";
+  }
   if (lt && (is_fp8(at) || is_fp8(bt))) {
     if (compute != CUBLAS_COMPUTE_32F || !is_fp8(at) || !is_fp8(bt) ||
         (at == CUDA_R_8F_E5M2 && bt == CUDA_R_8F_E5M2))
@@ -667,6 +779,7 @@ struct LtProblem {
   DescState desc;
   LayoutState layout[4];  // A, B, C, D
   bool fp8 = false;
+  bool fp4 = false;  // block-scaled FP4 A and B
 };
 
 // FNV-1a over the problem's shape, types and options: an algo remembers the
@@ -684,6 +797,8 @@ std::uint64_t fingerprint(const LtProblem& p) {
   mix(p.gemm.ta);
   mix(p.gemm.tb);
   mix(p.desc.epilogue);
+  mix(static_cast<std::uint64_t>(p.desc.a_scale_mode));
+  mix(static_cast<std::uint64_t>(p.desc.b_scale_mode));
   for (const LayoutState& l : p.layout) {
     mix(l.type);
     mix(l.rows);
@@ -697,6 +812,7 @@ std::uint64_t fingerprint(const LtProblem& p) {
 
 // The algo id the heuristic reports, one per kind of kernel a real library would pick.
 int algo_id(const LtProblem& p) {
+  if (p.fp4) return p.gemm.block == 16 ? 77 : 78;
   if (p.fp8) return 66;
   switch (p.gemm.rounding) {
     case Rounding::tf32: return 32;
@@ -731,12 +847,31 @@ cublasStatus_t lt_problem(const char* call, cublasLtMatmulDesc_t desc, cublasLtM
       !why.empty())
     return fail(CUBLAS_STATUS_NOT_SUPPORTED, call, why);
   p.fp8 = is_fp8(static_cast<int>(A.type));
-  if (p.fp8) {
+  p.fp4 = is_fp4(static_cast<int>(A.type));
+  // Block scale modes: FP4 needs them, one mode for A and B; nothing else emulated takes them.
+  const std::string modes = "CUBLASLT_MATMUL_DESC_A_SCALE_MODE " + scale_mode_str(d.a_scale_mode) +
+                            ", B_SCALE_MODE " + scale_mode_str(d.b_scale_mode);
+  if (p.fp4) {
+    if (d.a_scale_mode != d.b_scale_mode || (d.a_scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 &&
+                                             d.a_scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0))
+      return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
+                  "FP4 matmuls need block scales, one mode for A and B: VEC16_UE4M3 (NVFP4) or VEC32_UE8M0 (MXFP4); "
+                  "got " + modes);
+  } else if (d.a_scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F ||
+             d.b_scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) {
+    return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
+                modes + " with A " + type_str(static_cast<int>(A.type)) +
+                    ": block scales are emulated for FP4 (CUDA_R_4F_E2M1) A and B only");
+  }
+  if (p.fp8 || p.fp4) {
     const pb_emu::Target& t = pb_emu::target();
-    if (t.cc_major * 10 + t.cc_minor < 89)
+    const int need = p.fp4 ? 100 : 89;
+    if (t.cc_major * 10 + t.cc_minor < need)
       return fail(CUBLAS_STATUS_ARCH_MISMATCH, call,
-                  "fp8 matmuls need compute capability 8.9 or newer; the emulated " + std::string(t.key) + " is " +
-                      std::to_string(t.cc_major) + "." + std::to_string(t.cc_minor) + " (PB_EMU_TARGET)");
+                  std::string(p.fp4 ? "block-scaled FP4 matmuls need compute capability 10.0"
+                                    : "fp8 matmuls need compute capability 8.9") +
+                      " or newer; the emulated " + std::string(t.key) + " is " + std::to_string(t.cc_major) + "." +
+                      std::to_string(t.cc_minor) + " (PB_EMU_TARGET)");
   }
 
   // Shapes: D is m x n, C the same, op(A) m x k, op(B) k x n; ld >= rows.
@@ -784,11 +919,35 @@ cublasStatus_t lt_problem(const char* call, cublasLtMatmulDesc_t desc, cublasLtM
                         std::to_string(l.ld) + " " + type_str(static_cast<int>(l.type)) + " elements");
     }
   }
-  // Scale pointers mean something for fp8 matrices only.
-  if (!p.fp8 && (d.a_scale || d.b_scale))
+  int block = 0;
+  if (p.fp4) {
+    // Blackwell's block-scaled kernels take the "TN" layout only, 16-byte aligned
+    // columns, whole blocks along k, one matrix.
+    if (!ta || tb)
+      return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
+                  std::string("FP4 matmuls need TRANSA = T and TRANSB = N (the \"TN\" layout); got TRANSA = ") +
+                      op_str(d.transa) + ", TRANSB = " + op_str(d.transb));
+    for (int i = 0; i < 4; ++i) {
+      const LayoutState& l = p.layout[i];
+      if ((static_cast<std::uint64_t>(l.ld) * type_bits(static_cast<int>(l.type))) % 128 != 0)
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
+                    std::string("FP4 matmuls need 16-byte aligned columns; ") + names[i] + " has ld " +
+                        std::to_string(l.ld) + " " + type_str(static_cast<int>(l.type)) + " elements");
+    }
+    block = d.a_scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 ? 16 : 32;
+    if (k % static_cast<std::uint64_t>(block) != 0)
+      return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
+                  "block-scaled FP4 matmuls need k to be a multiple of the block (" + std::to_string(block) + " for " +
+                      scale_mode_str(d.a_scale_mode) + "); k = " + std::to_string(k));
+    if (D.batch_count != 1)
+      return fail(CUBLAS_STATUS_NOT_SUPPORTED, call, "batched block-scaled matmuls are not emulated (batch count " +
+                                                         std::to_string(D.batch_count) + ")");
+  }
+  // Scale pointers mean something for fp8 (per tensor) and FP4 (block) matrices only.
+  if (!p.fp8 && !p.fp4 && (d.a_scale || d.b_scale))
     return fail(CUBLAS_STATUS_INVALID_VALUE, call,
                 "an A or B scale pointer is set, but A and B are " + type_str(static_cast<int>(A.type)) +
-                    "; per-tensor scales apply to fp8 matrices");
+                    "; scales apply to fp8 (per tensor) and FP4 (blocks) matrices");
   if (d.c_scale || d.d_scale)
     return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
                 "C and D scale pointers apply to fp8 C/D, which the emulation does not produce");
@@ -802,7 +961,8 @@ cublasStatus_t lt_problem(const char* call, cublasLtMatmulDesc_t desc, cublasLtM
   g.k = static_cast<std::int64_t>(k);
   g.batch = D.batch_count;
   compute_rounding(d.compute_type, g.rounding);
-  if (p.fp8) g.rounding = Rounding::none;
+  if (p.fp8 || p.fp4) g.rounding = Rounding::none;
+  g.block = block;
   Operand* ops[4] = {&g.a, &g.b, &g.c, &g.d};
   for (int i = 0; i < 4; ++i) {
     ops[i]->type = static_cast<int>(p.layout[i].type);
@@ -1133,7 +1293,7 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t handle, const cublasOpe
     return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
                 "A " + type_str(Atype) + ", B " + type_str(Btype) + ", C " + type_str(Ctype) +
                     ": the grouped GEMM takes A, B and C of one type (16F, 16BF or 32F)");
-  Rounding rounding;
+  Rounding rounding = Rounding::none;  // type_problem has accepted the compute type
   compute_rounding(computeType, rounding);
   const unsigned math = static_cast<unsigned>(handle->math_mode) & 0xfu;
   if (computeType == CUBLAS_COMPUTE_32F && math == CUBLAS_TF32_TENSOR_OP_MATH && Atype == CUDA_R_32F)
@@ -1440,14 +1600,22 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
             if (n.emulation_desc) return not_emulated("an emulation descriptor");
             break;
           case CUBLASLT_MATMUL_DESC_A_SCALE_MODE:
-          case CUBLASLT_MATMUL_DESC_B_SCALE_MODE:
+          case CUBLASLT_MATMUL_DESC_B_SCALE_MODE: {
+            // Per-tensor fp32, or FP4's block scales (checked against the types at the matmul).
+            const int mode = f.attr == CUBLASLT_MATMUL_DESC_A_SCALE_MODE ? n.a_scale_mode : n.b_scale_mode;
+            if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F || mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 ||
+                mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0)
+              break;
+            if (mode > 0 && mode < CUBLASLT_MATMUL_MATRIX_SCALE_END)
+              return not_emulated(scale_mode_str(mode) + " (only SCALAR_32F, and VEC16_UE4M3 or VEC32_UE8M0 for FP4)");
+            return fail(CUBLAS_STATUS_INVALID_VALUE, call, std::string(f.name) + ": unknown " + scale_mode_str(mode));
+          }
           case CUBLASLT_MATMUL_DESC_C_SCALE_MODE:
           case CUBLASLT_MATMUL_DESC_D_SCALE_MODE:
           case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_MODE:
           case CUBLASLT_MATMUL_DESC_D_OUT_SCALE_MODE:
-            if (n.a_scale_mode || n.b_scale_mode || n.c_scale_mode || n.d_scale_mode || n.aux_scale_mode ||
-                n.d_out_scale_mode)
-              return not_emulated("a scale mode other than per-tensor fp32 (block scaling)");
+            if (n.c_scale_mode || n.d_scale_mode || n.aux_scale_mode || n.d_out_scale_mode)
+              return not_emulated("a scale mode other than per-tensor fp32 for C, D or an output");
             break;
           default: break;  // stored; the default epilogue ignores bias and aux settings
         }
@@ -1546,12 +1714,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
   // The heuristic finds nothing for a device that cannot run the problem.
   if (s == CUBLAS_STATUS_ARCH_MISMATCH) s = t_last.status = CUBLAS_STATUS_NOT_SUPPORTED;
   if (s != CUBLAS_STATUS_SUCCESS) return s;
-  if (p.fp8) {
+  if (p.fp8 || p.fp4) {
     const char* names[4] = {"A", "B", "C", "D"};
     for (int i = 0; i < 4; ++i)
       if (pref.align[i] < 16)
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
-                    std::string("no fp8 algorithm works with ") + names[i] + " aligned to only " +
+                    std::string("no ") + (p.fp4 ? "FP4" : "fp8") + " algorithm works with " + names[i] +
+                        " aligned to only " +
                         std::to_string(pref.align[i]) + " bytes (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_" + names[i] +
                         "_BYTES); they need 16");
   }
@@ -1636,14 +1805,32 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
   if (C == D && (Cl.ld != Dl.ld || Cl.type != Dl.type || Cl.stride != Dl.stride))
     return fail(CUBLAS_STATUS_INVALID_VALUE, call,
                 "C and D are the same memory (in place) but Cdesc and Ddesc differ in ld, type or batch stride");
-  if (p.fp8) {
+  if (p.fp8 || p.fp4) {
     const void* ptrs[4] = {A, B, C, D};
     const char* names[4] = {"A", "B", "C", "D"};
     for (int i = 0; i < 4; ++i)
       if (reinterpret_cast<std::uintptr_t>(ptrs[i]) % 16 != 0)
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
-                    std::string("fp8 matmuls need 16-byte aligned matrices; ") + names[i] + " " + ptr_str(ptrs[i]) +
-                        " is not");
+                    std::string(p.fp4 ? "FP4" : "fp8") + " matmuls need 16-byte aligned matrices; " + names[i] + " " +
+                        ptr_str(ptrs[i]) + " is not");
+  }
+  if (p.fp4) {
+    // Block scales have no default: each mode needs its tensor, 16-byte aligned.
+    for (auto [ptr, x] : {std::pair<const void*, const char*>{p.desc.a_scale, "A"}, {p.desc.b_scale, "B"}}) {
+      const int mode = *x == 'A' ? p.desc.a_scale_mode : p.desc.b_scale_mode;
+      if (!ptr)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, call,
+                    std::string("CUBLASLT_MATMUL_DESC_") + x + "_SCALE_MODE is " + scale_mode_str(mode) +
+                        " but CUBLASLT_MATMUL_DESC_" + x + "_SCALE_POINTER is not set (block scales have no default)");
+      if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, call,
+                    std::string("block scale tensors must be 16-byte aligned; the ") + x + " scale tensor " +
+                        ptr_str(ptr) + " is not");
+    }
+    g.a_scale = p.desc.a_scale;
+    g.b_scale = p.desc.b_scale;
+  }
+  if (p.fp8) {
     for (auto [ptr, what] : {std::pair<const void*, const char*>{p.desc.a_scale, "A scale"}, {p.desc.b_scale, "B scale"}})
       if (ptr)
         if (auto why = range_problem(ptr, sizeof(float), what); !why.empty())

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -455,6 +457,351 @@ TEST(EmuCublasLt, Fp8HeuristicHonoursTheAlignmentPreference) {
   EXPECT_EQ(c.descs->heuristic(c.lt.h, r, found), CUBLAS_STATUS_NOT_SUPPORTED);
   EXPECT_EQ(found, 0);
   EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("MIN_ALIGNMENT_B_BYTES"), std::string::npos);
+}
+
+// ---- cuBLASLt's block-scaled FP4 matmul (NVFP4, MXFP4) -------------------------------------
+
+bool has_fp4() {
+  cudaDeviceProp p{};
+  EXPECT_EQ(cudaGetDeviceProperties(&p, 0), cudaSuccess);
+  return p.major * 10 + p.minor >= 100;
+}
+#define PB_SKIP_WITHOUT_FP4() \
+  if (!has_fp4()) GTEST_SKIP() << "the emulated device has no block-scaled FP4 (PB_EMU_TARGET below 10.0; b200 has it)"
+
+// Scales in the tiled layout cuBLAS documents ("1D Block Scaling Factors Layout"),
+// written here in storage order: 128 x 4 tiles of 512 bytes, the tiles of one group
+// of 128 rows adjacent along k; in a tile 32 lines of 16 bytes, line i holding rows
+// i, i + 32, i + 64 and i + 96, 4 blocks each. `rowmajor` is rows x blocks; padding 0.
+std::vector<std::uint8_t> tiled_scales(const std::vector<std::uint8_t>& rowmajor, std::int64_t rows, std::int64_t blocks) {
+  std::vector<std::uint8_t> out;
+  for (std::int64_t tr = 0; tr < (rows + 127) / 128; ++tr)
+    for (std::int64_t tc = 0; tc < (blocks + 3) / 4; ++tc)
+      for (std::int64_t line = 0; line < 32; ++line)
+        for (std::int64_t quarter = 0; quarter < 4; ++quarter)
+          for (std::int64_t c = 0; c < 4; ++c) {
+            const std::int64_t r = tr * 128 + quarter * 32 + line, b = tc * 4 + c;
+            out.push_back(r < rows && b < blocks ? rowmajor[static_cast<std::size_t>(r * blocks + b)] : 0);
+          }
+  return out;
+}
+
+// A block-scaled FP4 matmul as phasebench's linear layer calls it ("TN": A stored
+// k x m, B k x n, D m x n bf16): random non-zero e2m1 values and random scales in a
+// small range (UE4M3 0.25 to 3.75 for VEC16, UE8M0 2^-3 to 2^3 for VEC32), on the device
+// in the tiled layout, with every descriptor set as cuBLASLt wants it. A test spoils one piece.
+struct Fp4Case {
+  int mode, block;
+  std::int64_t m, n, k, lda, ldb;
+  float alpha = 0.46875f, beta = 0.0f;  // 0.75 x 0.625: nvfp4's two tensor scales, as the linear layer folds them
+  std::vector<std::uint8_t> a, b;    // packed, column-major (ld lda, ldb), the low nibble first
+  std::vector<std::uint8_t> sa, sb;  // scales, row-major: m x k / block, n x k / block
+  LtHandle lt;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  std::unique_ptr<Dev> da, db, dsa, dsb, dd;
+
+  Fp4Case(int mode_, std::int64_t m_, std::int64_t n_, std::int64_t k_, std::int64_t lda_ = 0, std::int64_t ldb_ = 0,
+          cublasOperation_t ta = CUBLAS_OP_T, cublasOperation_t tb = CUBLAS_OP_N)
+      : mode(mode_), block(mode_ == CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 ? 16 : 32), m(m_), n(n_), k(k_),
+        lda(lda_ ? lda_ : k_), ldb(ldb_ ? ldb_ : k_) {
+    a = values(lda * m, 101);
+    b = values(ldb * n, 102);
+    sa = scales(m * blocks(), 103);
+    sb = scales(n * blocks(), 104);
+    EXPECT_EQ(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), CUBLAS_STATUS_SUCCESS);
+    set_modes(mode, mode);
+    const bool tA = ta != CUBLAS_OP_N;
+    EXPECT_EQ(cublasLtMatrixLayoutCreate(&la, CUDA_R_4F_E2M1, static_cast<std::uint64_t>(tA ? k : m),
+                                         static_cast<std::uint64_t>(tA ? m : k), lda),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatrixLayoutCreate(&lb, CUDA_R_4F_E2M1, static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(n), ldb),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, static_cast<std::uint64_t>(m), static_cast<std::uint64_t>(n), m),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+    da = std::make_unique<Dev>(a.size());
+    db = std::make_unique<Dev>(b.size());
+    dsa = std::make_unique<Dev>(tiled_scales(sa, m, blocks()).size());
+    dsb = std::make_unique<Dev>(tiled_scales(sb, n, blocks()).size());
+    dd = std::make_unique<Dev>(static_cast<std::size_t>(m * n * 2));
+    upload();
+    set_pointers(dsa->p, dsb->p);
+  }
+  ~Fp4Case() {
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatmulDescDestroy(op);
+  }
+  Fp4Case(const Fp4Case&) = delete;
+  Fp4Case& operator=(const Fp4Case&) = delete;
+
+  std::int64_t blocks() const { return k / block; }
+  static std::vector<std::uint8_t> values(std::int64_t count, std::uint64_t seed) {
+    std::vector<std::uint8_t> v(static_cast<std::size_t>(count / 2));
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::uint64_t h = num::mix64(seed * 7919 + i);
+      const unsigned lo = (1 + h % 7) | ((h >> 8) & 1) << 3, hi = (1 + (h >> 16) % 7) | ((h >> 24) & 1) << 3;
+      v[i] = static_cast<std::uint8_t>(lo | hi << 4);
+    }
+    return v;
+  }
+  std::vector<std::uint8_t> scales(std::int64_t count, std::uint64_t seed) const {
+    std::vector<std::uint8_t> v(static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::uint64_t h = num::mix64(seed * 104729 + i);
+      v[i] = block == 16 ? static_cast<std::uint8_t>((5 + h % 4) << 3 | ((h >> 8) & 7)) : static_cast<std::uint8_t>(124 + h % 7);
+    }
+    return v;
+  }
+  double scale(std::uint8_t v) const { return block == 16 ? num::fp8e4m3_to_float(v) : num::e8m0_to_float(v); }
+  static double value(const std::vector<std::uint8_t>& packed, std::int64_t i) {
+    return num::fp4e2m1_to_float((packed[static_cast<std::size_t>(i / 2)] >> (i % 2 ? 4 : 0)) & 0xfu);
+  }
+  void upload() {
+    da->upload(a);
+    db->upload(b);
+    dsa->upload(tiled_scales(sa, m, blocks()));
+    dsb->upload(tiled_scales(sb, n, blocks()));
+  }
+  void set_modes(int ma, int mb) {
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb), CUBLAS_STATUS_SUCCESS);
+  }
+  void set_pointers(const void* pa, const void* pb) {
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &pa, sizeof pa),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &pb, sizeof pb),
+              CUBLAS_STATUS_SUCCESS);
+  }
+  cublasStatus_t heuristic(cublasLtMatmulHeuristicResult_t& r, int& found) const {
+    found = -1;
+    return cublasLtMatmulAlgoGetHeuristic(lt.h, op, la, lb, ld, ld, pref, 1, &r, &found);
+  }
+  cublasStatus_t matmul(const cublasLtMatmulAlgo_t* algo, const void* A = nullptr) {
+    return cublasLtMatmul(lt.h, op, &alpha, A ? A : da->p, la, db->p, lb, &beta, dd->p, ld, dd->p, ld, algo, nullptr, 0,
+                          nullptr);
+  }
+  // D(i, j) = alpha sum_l a(l, i) sa(i, l / block) b(l, j) sb(j, l / block), in double.
+  double want(std::int64_t i, std::int64_t j) const {
+    double s = 0;
+    for (std::int64_t l = 0; l < k; ++l)
+      s += value(a, i * lda + l) * scale(sa[static_cast<std::size_t>(i * blocks() + l / block)]) * value(b, j * ldb + l) *
+           scale(sb[static_cast<std::size_t>(j * blocks() + l / block)]);
+    return alpha * s;
+  }
+  // Runs through the heuristic and the matmul; every element of D against want()
+  // within bf16's rounding. Returns the number of elements off.
+  int check() {
+    cublasLtMatmulHeuristicResult_t r{};
+    int found = 0;
+    EXPECT_EQ(heuristic(r, found), CUBLAS_STATUS_SUCCESS) << last_message(CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(found, 1);
+    const cublasStatus_t st = matmul(found == 1 ? &r.algo : nullptr);
+    EXPECT_EQ(st, CUBLAS_STATUS_SUCCESS) << last_message(st);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got = dd->download();
+    int bad = 0;
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t i = 0; i < m; ++i) {
+        std::uint16_t h = 0;
+        std::memcpy(&h, got.data() + 2 * (j * m + i), 2);
+        const double g = num::bf16_to_float(h), w = want(i, j);
+        if (!(std::fabs(g - w) <= std::fabs(w) / 128 + 1e-6) && ++bad <= 5)
+          ADD_FAILURE() << "D(" << i << "," << j << ") = " << g << ", want " << w;
+      }
+    return bad;
+  }
+};
+
+constexpr int kVec16 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+constexpr int kVec32 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+
+TEST(EmuCublasLtFp4, TheTestsTiledLayoutIsTheDocumentedFormula) {
+  // The documented offset: tile (r / 128, c / 4) of ceil(blocks / 4) per tile row, 512
+  // bytes each; (r % 32) * 16 + (r % 128) / 32 * 4 + c % 4 inside it. Two probes by hand:
+  // row 130, block 5 of 6 -> tile 1 * 2 + 1, line 2, quarter 0, byte 1: 1536 + 32 + 1;
+  // row 45, block 2 -> tile 0, line 13, quarter 1, byte 2: 208 + 4 + 2.
+  std::vector<std::uint8_t> rowmajor(200 * 6, 0);
+  rowmajor[130 * 6 + 5] = 7;
+  rowmajor[45 * 6 + 2] = 9;
+  const auto t = tiled_scales(rowmajor, 200, 6);
+  ASSERT_EQ(t.size(), 256u * 8u);
+  EXPECT_EQ(t[1569], 7);
+  EXPECT_EQ(t[214], 9);
+  EXPECT_EQ(std::count(t.begin(), t.end(), 0), static_cast<std::ptrdiff_t>(t.size() - 2));
+}
+
+TEST(EmuCublasLtFp4, NvfpAndMxfpMatchAHandLoopOnTailHeavyShapes) {
+  PB_SKIP_WITHOUT_FP4();
+  // m (the linear layer's N) not a multiple of 128, n (its M) odd, k a multiple of 32
+  // but not of 128: partial tiles in both scale tensors, along k too.
+  for (int mode : {kVec16, kVec32})
+    for (auto [m, n, k] : {std::array<std::int64_t, 3>{200, 37, 96}, {136, 130, 160}, {8, 1, 32}}) {
+      SCOPED_TRACE((mode == kVec16 ? "VEC16_UE4M3 " : "VEC32_UE8M0 ") + std::to_string(m) + "x" + std::to_string(n) +
+                   "x" + std::to_string(k));
+      Fp4Case c(mode, m, n, k);
+      EXPECT_EQ(c.check(), 0);
+    }
+}
+
+TEST(EmuCublasLtFp4, EachScaleLandsWhereTheDocumentedLayoutPutsIt) {
+  PB_SKIP_WITHOUT_FP4();
+  // Every value 1 and every scale 1, but A's scale of row 130, block 5 (2.0) and B's
+  // of column 3, block 0 (4.0): D is k everywhere but row 130 (k + 16) and column 3
+  // (k + 3 * 16), and their crossing.
+  Fp4Case c(kVec16, 200, 5, 96);
+  std::fill(c.a.begin(), c.a.end(), 0x22);  // e2m1 1.0 twice
+  std::fill(c.b.begin(), c.b.end(), 0x22);
+  std::fill(c.sa.begin(), c.sa.end(), 0x38);  // e4m3 1.0
+  std::fill(c.sb.begin(), c.sb.end(), 0x38);
+  c.sa[130 * 6 + 5] = 0x40;  // 2.0
+  c.sb[3 * 6 + 0] = 0x48;    // 4.0
+  c.alpha = 1.0f;
+  c.upload();
+  const auto tiled = tiled_scales(c.sa, 200, 6);
+  ASSERT_EQ(tiled[1569], 0x40);  // where the documented formula puts it (above)
+  EXPECT_EQ(c.check(), 0);
+  const auto got = c.dd->download();
+  auto d = [&](std::int64_t i, std::int64_t j) {
+    std::uint16_t h = 0;
+    std::memcpy(&h, got.data() + 2 * (j * 200 + i), 2);
+    return num::bf16_to_float(h);
+  };
+  EXPECT_EQ(d(0, 0), 96.0f);
+  EXPECT_EQ(d(130, 0), 112.0f);
+  EXPECT_EQ(d(0, 3), 144.0f);
+  EXPECT_EQ(d(130, 3), 4 * 16 + 4.0f * 16 + 2.0f * 16);  // blocks 1-4, block 0 (B's 4), block 5 (A's 2)
+  EXPECT_EQ(d(129, 3), 144.0f);
+}
+
+TEST(EmuCublasLtFp4, NeedsComputeCapability100) {
+  Fp4Case c(kVec16, 64, 8, 64);
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = -1;
+  if (has_fp4()) {
+    EXPECT_EQ(c.heuristic(r, found), CUBLAS_STATUS_SUCCESS) << last_message(CUBLAS_STATUS_NOT_SUPPORTED);
+    return;
+  }
+  EXPECT_EQ(c.heuristic(r, found), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(found, 0);
+  EXPECT_EQ(c.matmul(nullptr), CUBLAS_STATUS_ARCH_MISMATCH);
+  EXPECT_NE(last_message(CUBLAS_STATUS_ARCH_MISMATCH).find("compute capability 10.0"), std::string::npos)
+      << last_message(CUBLAS_STATUS_ARCH_MISMATCH);
+}
+
+TEST(EmuCublasLtFp4, OnlyInTheTnLayout) {
+  PB_SKIP_WITHOUT_FP4();
+  Fp4Case c(kVec16, 64, 8, 64, 64, 64, CUBLAS_OP_N, CUBLAS_OP_N);  // A m x k: consistent, but "NN"
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = -1;
+  EXPECT_EQ(c.heuristic(r, found), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(found, 0);
+  EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("\"TN\" layout"), std::string::npos)
+      << last_message(CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(c.matmul(nullptr), CUBLAS_STATUS_NOT_SUPPORTED);
+}
+
+TEST(EmuCublasLtFp4, NeedsItsBlockScalesAndTheirTensors) {
+  PB_SKIP_WITHOUT_FP4();
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = -1;
+  {  // No scale mode: FP4 has no per-tensor form.
+    Fp4Case c(kVec16, 64, 8, 64);
+    c.set_modes(CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F);
+    EXPECT_EQ(c.heuristic(r, found), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("FP4 matmuls need block scales"), std::string::npos);
+    c.set_modes(kVec16, kVec32);  // one mode for both
+    EXPECT_EQ(c.heuristic(r, found), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("B_SCALE_MODE VEC32_UE8M0"), std::string::npos)
+        << last_message(CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  {  // A mode without its tensor.
+    Fp4Case c(kVec32, 64, 8, 64);
+    c.set_pointers(nullptr, c.dsb->p);
+    EXPECT_EQ(c.heuristic(r, found), CUBLAS_STATUS_SUCCESS);  // the heuristic reads no pointer
+    EXPECT_EQ(c.matmul(&r.algo), CUBLAS_STATUS_INVALID_VALUE);
+    EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE)
+                  .find("A_SCALE_MODE is VEC32_UE8M0 but CUBLASLT_MATMUL_DESC_A_SCALE_POINTER is not set"),
+              std::string::npos)
+        << last_message(CUBLAS_STATUS_INVALID_VALUE);
+  }
+  {  // A misaligned tensor, and one cut to the scales without the tiles' padding.
+    Fp4Case c(kVec16, 200, 37, 96);
+    Dev wide(c.dsa->n + 32);
+    c.set_pointers(static_cast<unsigned char*>(wide.p) + 8, c.dsb->p);
+    EXPECT_EQ(c.matmul(nullptr), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("16-byte aligned"), std::string::npos);
+    Dev cut(static_cast<std::size_t>(200 * 6));
+    c.set_pointers(cut.p, c.dsb->p);
+    EXPECT_EQ(c.matmul(nullptr), CUBLAS_STATUS_INVALID_VALUE);
+    EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("A scale tensor"), std::string::npos)
+        << last_message(CUBLAS_STATUS_INVALID_VALUE);
+    EXPECT_NE(last_message(CUBLAS_STATUS_INVALID_VALUE).find("past the end of its allocation"), std::string::npos);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+}
+
+TEST(EmuCublasLtFp4, NeedsAlignedColumnsAndWholeBlocks) {
+  PB_SKIP_WITHOUT_FP4();
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = -1;
+  {  // ld 112 values: 56 bytes, not a multiple of 16.
+    Fp4Case c(kVec16, 64, 8, 96, 112);
+    EXPECT_EQ(c.heuristic(r, found), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("16-byte aligned columns; Adesc has ld 112"),
+              std::string::npos)
+        << last_message(CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  {  // k = 48: a whole number of NVFP4's blocks of 16 (and read at ld 64), not of MXFP4's 32.
+    Fp4Case nv(kVec16, 64, 9, 48, 64, 64);
+    EXPECT_EQ(nv.check(), 0);
+    Fp4Case mx(kVec32, 64, 9, 48, 64, 64);
+    EXPECT_EQ(mx.heuristic(r, found), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("multiple of the block (32 for VEC32_UE8M0); k = 48"),
+              std::string::npos)
+        << last_message(CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  {  // A matrix off a 16-byte boundary, and an alignment preference below 16.
+    Fp4Case c(kVec16, 64, 8, 64);
+    Dev wide(c.da->n + 32);
+    EXPECT_EQ(c.matmul(nullptr, static_cast<unsigned char*>(wide.p) + 8), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("FP4 matmuls need 16-byte aligned matrices; A"),
+              std::string::npos);
+    const std::uint32_t eight = 8;
+    ASSERT_EQ(cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &eight, sizeof eight),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(c.heuristic(r, found), CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("no FP4 algorithm"), std::string::npos);
+  }
+}
+
+TEST(EmuCublasLtFp4, BlockScaleModesBelongToFp4Alone) {
+  // bf16 A and B with block scales: refused, whatever the device.
+  Stored A(CUDA_R_16BF, 16, 8, 16), B(CUDA_R_16BF, 16, 4, 16), D(CUDA_R_16BF, 8, 4, 8);
+  LtHandle lt;
+  LtDescs descs(CUBLAS_COMPUTE_32F, CUBLAS_OP_T, CUBLAS_OP_N, A, B, D, D);
+  const std::int32_t vec16 = kVec16, vec128 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, bogus = 99;
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(descs.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec16, sizeof vec16),
+            CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = -1;
+  EXPECT_EQ(descs.heuristic(lt.h, r, found), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("block scales are emulated for FP4"), std::string::npos)
+      << last_message(CUBLAS_STATUS_NOT_SUPPORTED);
+  // Modes the emulation does not have, and no mode at all.
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(descs.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec128, sizeof vec128),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(last_message(CUBLAS_STATUS_NOT_SUPPORTED).find("VEC128_32F"), std::string::npos);
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(descs.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bogus, sizeof bogus),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(descs.op, CUBLASLT_MATMUL_DESC_D_SCALE_MODE, &vec16, sizeof vec16),
+            CUBLAS_STATUS_NOT_SUPPORTED);
 }
 
 // ---- cuBLASLt argument checks ------------------------------------------------------------------

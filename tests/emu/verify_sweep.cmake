@@ -3,17 +3,18 @@
 # linear through cuBLASLt, decode GEMV own and cuBLASLt rows, the FP4 GEMV in both
 # formats, decode attention contiguous, paged and split-KV, KV append, prefill attention flash and cuBLAS,
 # whole layers in prefill and decode, a free-form shape; then the MoE experts on
-# a tiny mixture of experts; MLA decode attention on DeepSeek-V2-Lite's shape); every point must be
+# a tiny mixture of experts; MLA decode attention on DeepSeek-V2-Lite's shape; the block-scaled
+# 4-bit prefill GEMMs on the emulated B200); every point must be
 # prepared and verified (none wrong, none skipped but a library row's refusal), and timing
 # must be refused.
 # Run by CTest: cmake -DPHASEBENCH_EMU_BINARY=... -DMODEL=... -P verify_sweep.cmake
-# verify_only(WHAT ARGS <run arguments> WANTS <patterns>): phasebench-emu's
-# `run --backend=cuda --verify-only ARGS` exits 0 with no point wrong, failed or
+# verify_only(WHAT [ENV <VAR=value>...] ARGS <run arguments> WANTS <patterns>): phasebench-emu's
+# `run --backend=cuda --verify-only ARGS` (with ENV set) exits 0 with no point wrong, failed or
 # skipped, and for each of WANTS some verified point's line matches it.
 function(verify_only what)
-  cmake_parse_arguments(V "" "" "ARGS;WANTS" ${ARGN})
+  cmake_parse_arguments(V "" "" "ENV;ARGS;WANTS" ${ARGN})
   execute_process(
-    COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --verify-only ${V_ARGS}
+    COMMAND ${CMAKE_COMMAND} -E env ${V_ENV} ${PHASEBENCH_EMU_BINARY} run --backend=cuda --verify-only ${V_ARGS}
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   message("${out}${err}")
   if(NOT rc EQUAL 0)
@@ -35,7 +36,7 @@ endfunction()
 verify_only("every op group"
   ARGS --model ${MODEL} --dtype bf16,fp16
        --ops prefill_linear,decode_linear,linear_fp4,decode_attention,kv_append,prefill_attention,layer,free
-       --batches 1,2 --prompts 17,64 --decode-batches 1,3,16,20 --attention-batches 1,3 --contexts 33,1000
+       --axis prefill_linear.dtype=run --batches 1,2 --prompts 17,64 --decode-batches 1,3,16,20 --attention-batches 1,3 --contexts 33,1000
        --axis linear_fp4.batch=1,3
        --append-batches 1,5 --append-context 100 --prefill-attention-prompts 65,130 --page-size 16
        --shape 5,40,72
@@ -71,6 +72,14 @@ verify_only("latent_attention"
   WANTS
     "ok +decode/latent_attention/deepseek-v2-lite/bf16/batch:1/context:40"
     "ok +decode/latent_attention_paged/deepseek-v2-lite/fp16/batch:3/context:40/page:16")
+# The block-scaled 4-bit prefill GEMMs (cuBLASLt's block-scaled matmul, nvfp4 and mxfp4)
+# on the emulated B200: the default target (h200, compute capability 9.0) skips them.
+verify_only("block-scaled prefill GEMMs"
+  ENV PB_EMU_TARGET=b200
+  ARGS --model ${MODEL} --ops prefill_linear --axis prefill_linear.dtype=nvfp4,mxfp4 --batches 1,2 --prompts 17
+  WANTS
+    "ok +prefill/linear/tiny-llama.qkv_proj/nvfp4/batch:1/prompt:17/impl:blas"
+    "ok +prefill/linear/tiny-llama.down_proj/mxfp4/batch:2/prompt:17/impl:blas")
 # The emulated build refuses to time, with a message that says why.
 execute_process(
   COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --model ${MODEL} --ops decode_linear --decode-batches 1

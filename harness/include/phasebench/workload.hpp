@@ -50,6 +50,10 @@ OpCost linear_cost(const LinearShape& s, std::uint64_t w, std::uint64_t a_in, st
 inline OpCost linear_cost(const LinearShape& s, std::uint64_t w, std::uint64_t a) { return linear_cost(s, w, a, a); }
 // The same with weights stored in `w` (quantized formats: exact sub-byte sizes, scales and zeros).
 OpCost linear_cost(const LinearShape& s, const WeightFormat& w, std::uint64_t a_in, std::uint64_t a_out);
+// A block-scaled 4-bit GEMM (`t` nvfp4 or mxfp4: cuBLASLt's block-scaled matmul): X and
+// W both in `t`, each with its block scales along K (and nvfp4's tensor scale):
+// matrix_bytes(t, M, K) + matrix_bytes(t, N, K) read, Y written in linear_output_type(t).
+OpCost block_scaled_linear_cost(const LinearShape& s, DType t);
 // A mixture-of-experts linear layer: `tokens` tokens each routed to `k` experts,
 // every expert an N x K linear: 2*tokens*k*N*K FLOPs; the weights of the experts
 // touched (`touched`, expected_experts_touched: a fraction of an expert is the

@@ -1,12 +1,15 @@
 // The linear layer Y[M,N] = X[M,K] W^T (DESIGN: 2MNK FLOPs; w*N*K + a*M*K + a*M*N
-// bytes, the output in linear_output_type). Three sweep groups: the prefill GEMMs
-// of each projection over batch x prompt, the decode GEMVs over batch (our own
-// kernel and the vendor row), and free-form --shape M,N,K.
+// bytes, the output in linear_output_type; block-scaled 4-bit X and W with their
+// scales, matrix_bytes). Three sweep groups: the prefill GEMMs of each projection
+// over batch x prompt (and over element type: the run's, nvfp4, mxfp4), the decode
+// GEMVs over batch (our own kernel and the vendor row), and free-form --shape M,N,K.
 #include "phasebench/ops/linear.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include "phasebench/checked.hpp"
+#include "phasebench/error.hpp"
 #include "phasebench/ops/shared_axes.hpp"
 
 namespace phasebench {
@@ -25,22 +28,23 @@ OpRequest linear_request(const LinearShape& s, DType dtype, Impl impl, std::uint
 namespace {
 
 OpCost cost(const OpRequest& r) {
+  if (block_scaling(r.dtype)) return block_scaled_linear_cost(LinearShape::of(r.shape), r.dtype);
   const auto e = element_bytes(r.dtype);
   return linear_cost(LinearShape::of(r.shape), e, e, element_bytes(linear_output_type(r.dtype)));
 }
 
-// The projections of a model at M tokens, each with the implementations that run
-// it: decode GEMVs our own kernel where it applies (and the vendor row beside it
-// when `beside_own`), prefill GEMMs the vendor library only.
+// The projections of a model at M tokens in element type `dtype`, each with the
+// implementations that run it: decode GEMVs our own kernel where it applies (and
+// the vendor row beside it when `beside_own`), prefill GEMMs the vendor library only.
 std::vector<Point> projection_points(const SweepScope& sc, Phase phase, std::uint64_t M, bool beside_own,
-                                     const std::vector<PointArg>& args) {
+                                     const std::vector<PointArg>& args, DType dtype) {
   const ModelConfig& m = *sc.model;
   const bool prefill = phase == Phase::prefill;
   std::vector<Point> pts;
   // A model whose every layer is a mixture of experts has no dense MLP to benchmark.
   for (const auto& lin : linear_ops(m, M, Precision::from(sc.dtype, sc.dtype), m.all_layers_moe())) {
     if (prefill && lin.name == "lm_head") continue;  // prefill computes logits for the last token only
-    OpRequest r = linear_request(LinearShape::of(lin.shape), sc.dtype, Impl::own);
+    OpRequest r = linear_request(LinearShape::of(lin.shape), dtype, Impl::own);
     r.phase = phase;
     auto impls = sc.impls(r, beside_own || prefill);
     if (prefill) impls.erase(std::remove(impls.begin(), impls.end(), Impl::own), impls.end());  // GEMMs: the library's
@@ -53,6 +57,43 @@ std::vector<Point> projection_points(const SweepScope& sc, Phase phase, std::uin
   return pts;
 }
 
+// The prefill GEMMs' element types (the axis prefill_linear.dtype): `run`, the
+// run's --dtype, and the block-scaled 4-bit types a run's --dtype cannot name.
+constexpr const char* kDtypeWords = "run, nvfp4 or mxfp4";
+
+AxisDecl prefill_dtype_axis() {
+  return AxisDecl{
+      .name = "dtype",
+      .help = "the GEMMs' element types: run (the run's --dtype), nvfp4, mxfp4 (block-scaled 4-bit X and W, "
+              "bf16 Y: cuBLASLt's block-scaled matmul, compute capability 10.0+)",
+      .text = true,
+      .gpu_text = {"run", "nvfp4", "mxfp4"},
+      .cpu_text = {"run"},
+      .check_text =
+          [](const std::vector<std::string>& words, const std::string&) {
+            // The sweep puts the axis's name before the message.
+            for (const auto& w : words)
+              if (w != "run" && w != "nvfp4" && w != "mxfp4")
+                throw InputError("unknown element type " + quote_value(w) + "; use " + kDtypeWords +
+                                 " (run: the run's --dtype)");
+          },
+  };
+}
+
+// The element types of this scope's prefill GEMMs, each once: the scope's dtype for
+// `run`; nvfp4 and mxfp4 only in the scope of the run's first --dtype, so that a run
+// of several dtypes makes each block-scaled point once.
+std::vector<DType> prefill_dtypes(const SweepScope& sc) {
+  std::vector<DType> out;
+  const bool first = sc.dtypes.empty() || sc.dtypes.front() == sc.dtype;
+  for (const auto& w : sc.axes->text("dtype")) {
+    const DType t = w == "run" ? sc.dtype : parse_dtype(w);
+    if (w != "run" && !first) continue;
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  }
+  return out;
+}
+
 }  // namespace
 
 }  // namespace phasebench
@@ -62,17 +103,19 @@ PHASEBENCH_DECLARE_OPS(linear) {
   registry.declare(OpDecl{kLinear, {"M", "N", "K"}, cost, [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
   registry.group(SweepGroup{
       .name = "prefill_linear",
-      .help = "the prefill GEMMs of each projection over batch x prompt (vendor library)",
+      .help = "the prefill GEMMs of each projection over batch x prompt and element type (vendor library)",
       .order = 10,
-      .axes = {prefill_batch_axis("batch", "batch sizes"), prompt_axis("prompt", "prompt lengths")},
+      .axes = {prefill_batch_axis("batch", "batch sizes"), prompt_axis("prompt", "prompt lengths"),
+               prefill_dtype_axis()},
       .points = [](const SweepScope& sc) {
         std::vector<Point> pts;
-        for (auto B : (*sc.axes)["batch"])
-          for (auto S : (*sc.axes)["prompt"]) {
-            auto more = projection_points(sc, Phase::prefill, mul(B, S, "tokens"), false,
-                                          {{"batch", B, "batch"}, {"prompt", S, "prompt"}});
-            pts.insert(pts.end(), more.begin(), more.end());
-          }
+        for (DType t : prefill_dtypes(sc))
+          for (auto B : (*sc.axes)["batch"])
+            for (auto S : (*sc.axes)["prompt"]) {
+              auto more = projection_points(sc, Phase::prefill, mul(B, S, "tokens"), false,
+                                            {{"batch", B, "batch"}, {"prompt", S, "prompt"}}, t);
+              pts.insert(pts.end(), more.begin(), more.end());
+            }
         return pts;
       }});
   registry.group(SweepGroup{
@@ -87,7 +130,7 @@ PHASEBENCH_DECLARE_OPS(linear) {
       .points = [](const SweepScope& sc) {
         std::vector<Point> pts;
         for (auto B : (*sc.axes)["batch"]) {
-          auto more = projection_points(sc, Phase::decode, B, sc.compare_blas, {{"batch", B, "batch"}});
+          auto more = projection_points(sc, Phase::decode, B, sc.compare_blas, {{"batch", B, "batch"}}, sc.dtype);
           pts.insert(pts.end(), more.begin(), more.end());
         }
         return pts;
