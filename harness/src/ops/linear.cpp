@@ -6,6 +6,7 @@
 #include "phasebench/ops/linear.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <string>
 
 #include "phasebench/checked.hpp"
@@ -22,6 +23,19 @@ OpRequest linear_request(const LinearShape& s, DType dtype, Impl impl, std::uint
   r.shape = s.shape();
   r.seed = seed;
   r.phase = s.M <= 256 ? Phase::decode : Phase::prefill;  // informative only
+  return r;
+}
+
+OpRequest weight_only_gemv_request(const char* kind, const LinearShape& s, OpOptions options, Impl impl,
+                                   std::uint64_t seed) {
+  OpRequest r;
+  r.kind = kind;
+  r.dtype = DType::bf16;  // activations; the weights are the options' format
+  r.impl = impl;
+  r.shape = s.shape();
+  r.options = std::move(options);
+  r.seed = seed;
+  r.phase = Phase::decode;
   return r;
 }
 

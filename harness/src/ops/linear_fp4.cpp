@@ -10,6 +10,7 @@
 
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/linear.hpp"
 
 namespace phasebench {
 
@@ -49,15 +50,7 @@ void check_fp4_shape(const LinearShape& s, DType format) {
 
 OpRequest linear_fp4_request(const LinearShape& s, DType format, Impl impl, std::uint64_t seed) {
   check_fp4_shape(s, format);
-  OpRequest r;
-  r.kind = kLinearFp4;
-  r.dtype = DType::bf16;  // activations; the weights are the format's
-  r.impl = impl;
-  r.shape = s.shape();
-  r.options = OpOptions(LinearFp4Options{format});
-  r.seed = seed;
-  r.phase = Phase::decode;
-  return r;
+  return weight_only_gemv_request(kLinearFp4, s, OpOptions(LinearFp4Options{format}), impl, seed);
 }
 
 namespace {

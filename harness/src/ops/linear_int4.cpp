@@ -9,6 +9,7 @@
 
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/ops/linear.hpp"
 
 namespace phasebench {
 
@@ -35,15 +36,7 @@ void check_int4_shape(const LinearShape& s, std::uint64_t group) {
 
 OpRequest linear_int4_request(const LinearShape& s, std::uint64_t group, Impl impl, std::uint64_t seed) {
   check_int4_shape(s, group);
-  OpRequest r;
-  r.kind = kLinearInt4;
-  r.dtype = DType::bf16;  // activations; the weights are int4
-  r.impl = impl;
-  r.shape = s.shape();
-  r.options = OpOptions(LinearInt4Options{group});
-  r.seed = seed;
-  r.phase = Phase::decode;
-  return r;
+  return weight_only_gemv_request(kLinearInt4, s, OpOptions(LinearInt4Options{group}), impl, seed);
 }
 
 namespace {

@@ -11,6 +11,11 @@ inline constexpr const char* kLinear = "linear";
 
 OpRequest linear_request(const LinearShape& s, DType dtype, Impl impl, std::uint64_t seed = 0x5eed);
 
+// A weight-only decode GEMV's request (linear_int4, linear_fp4): bf16 activations,
+// the weights' format in `options`.
+OpRequest weight_only_gemv_request(const char* kind, const LinearShape& s, OpOptions options, Impl impl,
+                                   std::uint64_t seed);
+
 // The decode linear crossings (context.phasebench.decode_linear_crossings, results
 // schema 2): one record per decode linear layer (model, target, dtype) with "ok"
 // decode points among `standing`:
