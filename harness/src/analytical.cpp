@@ -438,10 +438,10 @@ std::string to_text(const Estimate& e) {
     for (const auto& o : e.prefill.ops)
       if (o.op.compute == e.precision.linear.compute) used = o.compute_dtype;
     out += used == e.precision.linear.compute
-               ? fmt::format("  the {} layers compute in {} (this GPU's FP4 ceiling)\n", e.precision.linear.name.substr(0, 5),
+               ? fmt::format("  the {} layers compute in {} (this GPU's FP4 ceiling)\n", to_string(e.precision.linear.compute),
                              to_string(used))
                : fmt::format("  the {} layers compute in {}: this GPU has no FP4 ceiling, the weights are widened "
-                             "(weight-only)\n", e.precision.linear.name.substr(0, 5), to_string(used));
+                             "(weight-only)\n", to_string(e.precision.linear.compute), to_string(used));
   }
   if (e.in.tp > 1) {
     const auto s = tensor_parallel_shard(m, e.in.tp);

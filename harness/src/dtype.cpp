@@ -126,8 +126,15 @@ WeightFormat WeightFormat::plain(DType t) {
 
 WeightFormat WeightFormat::parse(std::string_view name) {
   if (name == "int4") return {"int4 (groups of 128, fp16 scale + 4-bit zero)", 4, 128, 0, 0, 16 + 4, 0, DType::bf16};
-  if (name == "mxfp4") return {"mxfp4 (groups of 32, e8m0 scale)", 4, 32, 0, 0, 8, 0, DType::mxfp4};
-  if (name == "nvfp4") return {"nvfp4 (groups of 16, e4m3 scale, fp32 tensor scale)", 4, 16, 0, 0, 8, 0, DType::nvfp4, 32};
+  // The block-scaled formats take their blocks and scales from block_scaling(), the one place they are defined.
+  if (name == "mxfp4" || name == "nvfp4") {
+    const DType t = name == "mxfp4" ? DType::mxfp4 : DType::nvfp4;
+    const BlockScaling b = *block_scaling(t);
+    WeightFormat f{std::string(name) + " (groups of " + std::to_string(b.block) + ", " + b.scale + " scale" +
+                       (b.tensor_bits ? ", fp32 tensor scale)" : ")"),
+                   element_bits(t), b.block, 0, 0, b.scale_bits, 0, t, b.tensor_bits};
+    return f;
+  }
   if (name == "fp8") return {"fp8 e4m3 (128x128 blocks, fp32 scale)", 8, 0, 128, 128, 32, 0, DType::fp8};
   if (name == "bf16" || name == "fp16" || name == "fp32") return plain(parse_dtype(name));
   throw InputError("unknown weight format '" + std::string(name) + "'; use bf16, fp16, fp32, fp8, int4, mxfp4 or nvfp4");
