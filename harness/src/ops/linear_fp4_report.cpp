@@ -22,22 +22,12 @@ std::string fp4_section(const SummaryInput& in) {
   // by ("model.target", batch, format).
   std::map<std::pair<std::string, std::uint64_t>, double> bf16;
   std::map<std::tuple<std::string, std::uint64_t, std::string>, double> fp4;
-  for (const auto* b : in.standing) {
-    const auto& p = b->at("phasebench");
-    const auto op = p.value("op", "");
-    if (p.value("status", "") != "ok" || p.value("phase", "") != "decode" || p.value("impl", "") != "own" ||
-        p.value("dtype", "") != "bf16")
-      continue;
-    if ((op != kLinear && op != kLinearFp4) || !p.contains("time")) continue;
-    const auto args = p.value("args", nlohmann::json::object());
-    const std::string layer = p.value("model", "") + "." + p.value("target", "");
-    const auto batch = args.value("batch", std::uint64_t{0});
-    const double t = p.at("time").at("median_s").get<double>();
-    if (op == kLinear)
-      bf16[{layer, batch}] = t;
-    else
-      fp4[{layer, batch, args.value("format", std::string())}] = t;
-  }
+  for_each_own_decode_gemv(in.standing, kLinear, [&](const nlohmann::json&, const std::string& layer,
+                                                      std::uint64_t batch, double t) { bf16[{layer, batch}] = t; });
+  for_each_own_decode_gemv(in.standing, kLinearFp4,
+                           [&](const nlohmann::json& args, const std::string& layer, std::uint64_t batch, double t) {
+                             fp4[{layer, batch, args.value("format", std::string())}] = t;
+                           });
   std::string rows;
   for (const auto& [key, t4] : fp4) {
     const auto& [layer, batch, format] = key;

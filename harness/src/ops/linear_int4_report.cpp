@@ -16,20 +16,12 @@ namespace phasebench {
 namespace {
 
 std::string int4_section(const SummaryInput& in) {
-  // Median times of our own bf16 decode GEMVs, keyed by "model.target" and batch.
+  // Median times of our own decode GEMVs (bf16 and int4 weights), keyed by "model.target" and batch.
   std::map<std::pair<std::string, std::uint64_t>, double> bf16, int4;
-  for (const auto* b : in.standing) {
-    const auto& p = b->at("phasebench");
-    const auto op = p.value("op", "");
-    if (p.value("status", "") != "ok" || p.value("phase", "") != "decode" || p.value("impl", "") != "own" ||
-        p.value("dtype", "") != "bf16")
-      continue;
-    if ((op != kLinear && op != kLinearInt4) || !p.contains("time")) continue;
-    const std::pair<std::string, std::uint64_t> key{
-        p.value("model", "") + "." + p.value("target", ""),
-        p.value("args", nlohmann::json::object()).value("batch", std::uint64_t{0})};
-    (op == kLinear ? bf16 : int4)[key] = p.at("time").at("median_s").get<double>();
-  }
+  for_each_own_decode_gemv(in.standing, kLinear, [&](const nlohmann::json&, const std::string& layer,
+                                                      std::uint64_t batch, double t) { bf16[{layer, batch}] = t; });
+  for_each_own_decode_gemv(in.standing, kLinearInt4, [&](const nlohmann::json&, const std::string& layer,
+                                                          std::uint64_t batch, double t) { int4[{layer, batch}] = t; });
   std::string rows;
   for (const auto& [key, t4] : int4) {
     const auto b = bf16.find(key);

@@ -53,6 +53,20 @@ nlohmann::json decode_linear_crossings(const Standing& standing, const nlohmann:
   return out;
 }
 
+void for_each_own_decode_gemv(const Standing& standing, std::string_view op,
+                              const std::function<void(const nlohmann::json& args, const std::string& layer,
+                                                       std::uint64_t batch, double median_s)>& f) {
+  for (const auto* b : standing) {
+    const auto& p = b->at("phasebench");
+    if (p.value("status", "") != "ok" || p.value("phase", "") != "decode" || p.value("impl", "") != "own" ||
+        p.value("dtype", "") != "bf16" || p.value("op", "") != op || !p.contains("time"))
+      continue;
+    const auto args = p.value("args", nlohmann::json::object());
+    f(args, p.value("model", "") + "." + p.value("target", ""), args.value("batch", std::uint64_t{0}),
+      p.at("time").at("median_s").get<double>());
+  }
+}
+
 namespace {
 
 std::string crossings_section(const SummaryInput& in) {

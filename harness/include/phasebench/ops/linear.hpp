@@ -2,6 +2,9 @@
 // The linear layer operation (harness/src/ops/linear.cpp): Y[M,N] = X[M,K] W^T,
 // benchmarked as prefill GEMMs, decode GEMVs and free-form shapes.
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
 
 #include "phasebench/op.hpp"
 
@@ -30,5 +33,12 @@ OpRequest weight_only_gemv_request(const char* kind, const LinearShape& s, OpOpt
 //   ceiling_used.
 // Intensities count the output in linear_output_type (fp8 writes bf16).
 nlohmann::json decode_linear_crossings(const Standing& standing, const nlohmann::json& run);
+
+// Our own decode GEMVs of bf16 activations that ran, of kind `op` (kLinear, or a
+// weight-only GEMV's): f(the point's args, "model.target", batch, median seconds).
+// What the summaries comparing a weight format with bf16 read (linear_int4, linear_fp4).
+void for_each_own_decode_gemv(const Standing& standing, std::string_view op,
+                              const std::function<void(const nlohmann::json& args, const std::string& layer,
+                                                       std::uint64_t batch, double median_s)>& f);
 
 }  // namespace phasebench
