@@ -1,4 +1,4 @@
-// The phasebench subcommands (run, model, models, gpus, summary, overhead):
+// The phasebench subcommands (run, model, models, gpus, summary, overhead; serve in serve.cpp):
 // their flags (CLI11, the sweep axes from the operation declarations) and what each does.
 #include "commands.hpp"
 
@@ -961,6 +961,10 @@ int cmd_overhead(int argc, char** argv) {
   }
 }
 
+int run_cli(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  return run_command(app, argc, argv, body);
+}
+
 int phasebench_main(int argc, char** argv) {
   const std::string usage =
       "usage: phasebench <command> [options]\n"
@@ -972,6 +976,7 @@ int phasebench_main(int argc, char** argv) {
       "  summary   print the summary of a results file\n"
       "  overhead  compare phasebench's timing with a bare loop\n"
       "  counters  count each point's kernels on the CUDA emulation and estimate its speed of light\n"
+      "  serve     serving simulation: TTFT, TPOT, throughput and goodput over concurrency or request rate\n"
       "  --version the version and git commit of this build\n"
       "`phasebench <command> --help` describes each command's options.\n";
   if (argc < 2) {
@@ -992,6 +997,7 @@ int phasebench_main(int argc, char** argv) {
     if (cmd == "gpus") return cmd_gpus(n, sub.data());
     if (cmd == "summary") return cmd_summary(n, sub.data());
     if (cmd == "overhead") return cmd_overhead(n, sub.data());
+    if (cmd == "serve") return cmd_serve(n, sub.data());
     if (cmd == "counters") return counting_build() ? cmd_counters(n, sub.data()) : hand_to_counting_build(argc, argv);
     if (cmd == "--version" || cmd == "version") {
       std::cout << version_line() << "\n";
@@ -1005,7 +1011,7 @@ int phasebench_main(int argc, char** argv) {
     return input_error(e.what());
   }
   return input_error("unknown command " + quote_value(cmd) +
-                     "; the commands are run, model, models, gpus, summary, overhead, counters (phasebench --help)");
+                     "; the commands are run, model, models, gpus, summary, overhead, counters, serve (phasebench --help)");
 }
 
 }  // namespace phasebench

@@ -26,38 +26,8 @@ PhaseEstimate estimate_phase(const ModelConfig& m, const Ceilings& ceil, const S
   PhaseEstimate pe;
   pe.phase = step.phase;
   pe.step = step;
-  const auto bw = ceil.bandwidth_for(in.ceiling);
-  if (!bw) throw InputError("GPU '" + gpu_name + "' has no memory bandwidth in the spec table");
   for (const auto& op : step_ops(m, step, p)) {
-    OpEstimate oe;
-    oe.op = op;
-    oe.compute_dtype = compute_dtype_for(op, in.dtype);
-    oe.bandwidth = bw->value;
-    if (op.link_bytes > 0) {
-      // A ring collective: each GPU sends link_bytes while it receives as many,
-      // so one direction of the link (half the datasheet's bidirectional figure) sets the time.
-      if (!(link_gbps > 0))
-        throw InputError("GPU '" + gpu_name + "' has no interconnect bandwidth in the spec table; --tp needs it");
-      oe.bandwidth = link_gbps * 1e9 / 2;
-      oe.time_s = static_cast<double>(op.link_bytes) / oe.bandwidth;
-      oe.bound = Bound::link;
-    } else {
-      if (op.cost.flops > 0) {
-        // FP4 weights compute in FP4 where the GPU has an FP4 ceiling (Blackwell);
-        // elsewhere they are widened to the activations' type (weight-only, as the
-        // Hopper kernels of gpt-oss's MXFP4 run), so the activations' ceiling holds.
-        if (sub_byte(oe.compute_dtype) && !ceil.compute_for(oe.compute_dtype, in.ceiling))
-          oe.compute_dtype = element_bytes(in.dtype) == 2 ? in.dtype : DType::bf16;
-        const auto peak = ceil.compute_for(oe.compute_dtype, in.ceiling);
-        if (!peak)
-          throw InputError("GPU '" + gpu_name + "' has no " + std::string(to_string(oe.compute_dtype)) +
-                           " peak in the spec table (the part does not support it); choose another --dtype");
-        oe.peak_flops = peak->value;
-      }
-      oe.time_s = roofline_time(static_cast<double>(op.cost.flops), static_cast<double>(op.cost.bytes.total()),
-                                oe.peak_flops, oe.bandwidth);
-      oe.bound = op.cost.flops > 0 ? classify(op.cost.intensity(), oe.peak_flops / oe.bandwidth) : Bound::memory;
-    }
+    auto oe = estimate_op(op, ceil, in.ceiling, in.dtype, link_gbps, gpu_name);
     pe.total += op.cost.scaled(op.count);
     pe.time_s += oe.time_s * static_cast<double>(op.count);
     pe.ops.push_back(std::move(oe));
@@ -65,8 +35,44 @@ PhaseEstimate estimate_phase(const ModelConfig& m, const Ceilings& ceil, const S
   return pe;
 }
 
-// The step's precision: the activations and KV cache as asked, the linear layers'
-// weights as --weight-dtype says, else as the checkpoint stores them.
+}  // namespace
+
+OpEstimate estimate_op(const LayerOp& op, const Ceilings& ceil, CeilingSource source, DType dtype, double link_gbps,
+                       const std::string& gpu_name) {
+  const auto bw = ceil.bandwidth_for(source);
+  if (!bw) throw InputError("GPU '" + gpu_name + "' has no memory bandwidth in the spec table");
+  OpEstimate oe;
+  oe.op = op;
+  oe.compute_dtype = compute_dtype_for(op, dtype);
+  oe.bandwidth = bw->value;
+  if (op.link_bytes > 0) {
+    // A ring collective: each GPU sends link_bytes while it receives as many,
+    // so one direction of the link (half the datasheet's bidirectional figure) sets the time.
+    if (!(link_gbps > 0))
+      throw InputError("GPU '" + gpu_name + "' has no interconnect bandwidth in the spec table; --tp needs it");
+    oe.bandwidth = link_gbps * 1e9 / 2;
+    oe.time_s = static_cast<double>(op.link_bytes) / oe.bandwidth;
+    oe.bound = Bound::link;
+    return oe;
+  }
+  if (op.cost.flops > 0) {
+    // FP4 weights compute in FP4 where the GPU has an FP4 ceiling (Blackwell);
+    // elsewhere they are widened to the activations' type (weight-only, as the
+    // Hopper kernels of gpt-oss's MXFP4 run), so the activations' ceiling holds.
+    if (sub_byte(oe.compute_dtype) && !ceil.compute_for(oe.compute_dtype, source))
+      oe.compute_dtype = element_bytes(dtype) == 2 ? dtype : DType::bf16;
+    const auto peak = ceil.compute_for(oe.compute_dtype, source);
+    if (!peak)
+      throw InputError("GPU '" + gpu_name + "' has no " + std::string(to_string(oe.compute_dtype)) +
+                       " peak in the spec table (the part does not support it); choose another --dtype");
+    oe.peak_flops = peak->value;
+  }
+  oe.time_s = roofline_time(static_cast<double>(op.cost.flops), static_cast<double>(op.cost.bytes.total()), oe.peak_flops,
+                            oe.bandwidth);
+  oe.bound = op.cost.flops > 0 ? classify(op.cost.intensity(), oe.peak_flops / oe.bandwidth) : Bound::memory;
+  return oe;
+}
+
 Precision step_precision(const ModelConfig& m, const EstimateInputs& in) {
   Precision p = Precision::from(in.dtype, in.kv_dtype);
   const auto f = in.weights ? in.weights : m.quantization;
@@ -86,6 +92,8 @@ Precision step_precision(const ModelConfig& m, const EstimateInputs& in) {
   }
   return p;
 }
+
+namespace {
 
 // Prompt and contexts against max_position_embeddings.
 void check_positions(const ModelConfig& m, const EstimateInputs& in, std::vector<std::string>& warnings) {

@@ -99,6 +99,14 @@ struct Estimate {
 
 // The dtype whose compute ceiling an op uses.
 DType compute_dtype_for(const LayerOp& op, DType dtype);
+// One op's time on a roofline, max(FLOPs/P, bytes/W) at the ceilings of `source`
+// (`dtype`: the run's activations; a collective: its link bytes over one direction
+// of a link of `link_gbps` bidirectional). InputError naming `gpu_name` when a ceiling is missing.
+OpEstimate estimate_op(const LayerOp& op, const Ceilings& ceil, CeilingSource source, DType dtype, double link_gbps,
+                       const std::string& gpu_name);
+// The step's precision: the activations and KV cache as asked, the linear layers'
+// weights as --weight-dtype says, else as the checkpoint stores them.
+Precision step_precision(const ModelConfig& m, const EstimateInputs& in);
 Estimate estimate(const ModelConfig& m, const GpuSpec& gpu, const EstimateInputs& in);
 
 // The simple model of docs/design.md: a layer of 12*h^2 parameters whose only traffic is its weights.

@@ -106,6 +106,25 @@ struct OpRequest {
   std::uint64_t footprint_bytes() const;
 };
 
+// ---- serving (step_time.hpp) -------------------------------------------------------------
+
+// A measured point, or an op of an engine step, placed on a step-time curve: the
+// key the points of one curve share (the operation, its fixed sizes and types)
+// and its position on the sizes that vary along it (the curve's axes: M of a
+// linear layer; B and L of decode attention).
+struct StepMatch {
+  std::string key;
+  std::vector<double> axes;
+};
+// An op of an engine step, as the step-time model asks the operations about it.
+struct StepOpView {
+  const LayerOp& op;
+  const ModelConfig& model;
+  std::uint64_t tokens = 0;     // the tokens (rows) the op runs over
+  DType dtype = DType::bf16;    // the activations
+  DType kv_dtype = DType::bf16;
+};
+
 struct OpDecl {
   std::string kind;                 // results' "op_kind"
   std::vector<std::string> dims;    // shape dimensions, in the order of the results' "shape"
@@ -119,6 +138,12 @@ struct OpDecl {
   // The libraries with a row of this kind on some backend (Impl::flashinfer, ...): a
   // sweep whose backend has none of them says so once, with why.
   std::vector<Impl> libraries = {};
+  // Serving (step_time.hpp): where a results point of this kind (its "phasebench"
+  // object) lies on a step-time curve, and where an engine step's op lies on the
+  // same curve; nullopt: not one this kind's points stand for. Empty: the kind's
+  // points do not feed `phasebench serve`.
+  std::function<std::optional<StepMatch>(const nlohmann::json& point)> match_point = {};
+  std::function<std::optional<StepMatch>(const StepOpView& op)> match_step_op = {};
 };
 
 // ---- sweeps ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include "phasebench/error.hpp"
 #include "phasebench/ops/decode_attention.hpp"
 #include "phasebench/ops/shared_axes.hpp"
+#include "phasebench/step_time.hpp"
 
 namespace phasebench {
 
@@ -117,15 +118,51 @@ nlohmann::json shape_json(const OpRequest& r) {
 
 }  // namespace
 
+namespace {
+
+// Serving (step_time.hpp): one decode token per sequence over a cache of one
+// context for all (ragged batches and multi-token steps left out), on the curve of
+// its heads, head_dim and cache type, along batch and context; contiguous and
+// paged points on the same curve (the faster of the two where both ran).
+std::string decode_curve(std::uint64_t Hq, std::uint64_t Hkv, std::uint64_t D, const std::string& kv) {
+  return "decode_attention/" + std::to_string(Hq) + "/" + std::to_string(Hkv) + "/" + std::to_string(D) + "/" + kv;
+}
+
+std::optional<StepMatch> decode_point(const nlohmann::json& p) {
+  const auto B = point_size(p, "B"), Hq = point_size(p, "Hq"), Hkv = point_size(p, "Hkv"), L = point_size(p, "L"),
+             D = point_size(p, "D");
+  if (!B || !Hq || !Hkv || !L || !D || point_size(p, "S").value_or(1) != 1) return std::nullopt;
+  if (p.contains("shape") && p["shape"].contains("context_dist")) return std::nullopt;
+  const std::string kv = point_arg(p, "kv_bits", 0) == 8 ? "fp8" : point_dtype(p);
+  return StepMatch{decode_curve(*Hq, *Hkv, *D, kv), {static_cast<double>(*B), static_cast<double>(*L)}};
+}
+
+std::optional<StepMatch> decode_step_op(const StepOpView& v) {
+  const auto& s = v.op.shape;
+  if (v.op.kind != "decode_attention" || !s.has("Hq") || s.get("S", 1) != 1) return std::nullopt;
+  return StepMatch{decode_curve(s["Hq"], s["Hkv"], s["D"], std::string(to_string(v.kv_dtype))),
+                   {static_cast<double>(s["B"]), static_cast<double>(s["L"])}};
+}
+
+}  // namespace
+
 }  // namespace phasebench
 
 PHASEBENCH_DECLARE_OPS(decode_attention) {
   using namespace phasebench;
   // FlashInfer and cuDNN have rows of both kinds on CUDA (kernels/cuda/decode_attention_<library>.*).
-  registry.declare(OpDecl{kDecodeAttention, {"B", "Hq", "Hkv", "L", "D"}, contiguous_cost, contiguous_footprint, shape_json,
-                          {}, {Impl::flashinfer, Impl::cudnn}});
-  registry.declare(OpDecl{kDecodeAttentionPaged, {"B", "Hq", "Hkv", "L", "D"}, paged_cost, paged_footprint, shape_json,
-                          {}, {Impl::flashinfer, Impl::cudnn}});
+  for (const bool paged : {false, true}) {
+    OpDecl d{paged ? kDecodeAttentionPaged : kDecodeAttention,
+             {"B", "Hq", "Hkv", "L", "D"},
+             paged ? paged_cost : contiguous_cost,
+             paged ? paged_footprint : contiguous_footprint,
+             shape_json,
+             {},
+             {Impl::flashinfer, Impl::cudnn}};
+    d.match_point = decode_point;
+    d.match_step_op = decode_step_op;
+    registry.declare(std::move(d));
+  }
   // Each shape with the cache in the run's dtype, then in fp8 e4m3 (kv_bits:8 in
   // the name), where the backend takes it: the bytes halve, the roofline shows it.
   registry.group(SweepGroup{

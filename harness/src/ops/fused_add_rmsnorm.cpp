@@ -2,9 +2,13 @@
 // x and residual (a*2*M*h) and the weight (a*h), writes residual_out and y
 // (a*2*M*h). One sweep group: the decode step's fused add + RMSNorm over batch,
 // at each model's hidden size.
+#include <algorithm>
+#include <iterator>
+
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/fused_add_rmsnorm.hpp"
+#include "phasebench/step_time.hpp"
 
 namespace phasebench {
 
@@ -30,11 +34,33 @@ OpCost cost(const OpRequest& r) {
 
 }  // namespace
 
+namespace {
+
+// Serving (step_time.hpp): the layers' RMSNorms over the hidden size (engines fuse
+// the residual add into them), on the curve of h and type, along the tokens.
+std::optional<StepMatch> norm_point(const nlohmann::json& p) {
+  const auto M = point_size(p, "M"), h = point_size(p, "h");
+  if (!M || !h) return std::nullopt;
+  return StepMatch{"rmsnorm/" + std::to_string(*h) + "/" + point_dtype(p), {static_cast<double>(*M)}};
+}
+
+std::optional<StepMatch> norm_step_op(const StepOpView& v) {
+  static const char* const kHiddenNorms[] = {"attn_norm", "mlp_norm", "final_norm", "post_attn_norm", "post_mlp_norm"};
+  if (std::find(std::begin(kHiddenNorms), std::end(kHiddenNorms), v.op.name) == std::end(kHiddenNorms)) return std::nullopt;
+  return StepMatch{"rmsnorm/" + std::to_string(v.model.hidden) + "/" + std::string(to_string(v.dtype)),
+                   {static_cast<double>(v.tokens)}};
+}
+
+}  // namespace
+
 }  // namespace phasebench
 
 PHASEBENCH_DECLARE_OPS(fused_add_rmsnorm) {
   using namespace phasebench;
-  registry.declare(OpDecl{kFusedAddRmsnorm, {"M", "h"}, cost, [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
+  OpDecl d{kFusedAddRmsnorm, {"M", "h"}, cost, [](const OpRequest& r) { return cost(r).bytes.total(); }, {}};
+  d.match_point = norm_point;
+  d.match_step_op = norm_step_op;
+  registry.declare(std::move(d));
   registry.group(SweepGroup{
       .name = "fused_add_rmsnorm",
       .help = "the decode step's fused residual add + RMSNorm over batch, at the model's hidden size",

@@ -6,6 +6,7 @@
 #include "phasebench/checked.hpp"
 #include "phasebench/ops/kv_append.hpp"
 #include "phasebench/ops/shared_axes.hpp"
+#include "phasebench/step_time.hpp"
 
 namespace phasebench {
 
@@ -41,12 +42,39 @@ std::uint64_t footprint(const OpRequest& r) {
 
 }  // namespace
 
+namespace {
+
+// Serving (step_time.hpp): the append of B*S tokens' K and V, on the curve of the
+// KV heads, head_dim and cache type, along the tokens appended.
+std::string append_curve(std::uint64_t Hkv, std::uint64_t D, const std::string& dtype) {
+  return "kv_append/" + std::to_string(Hkv) + "/" + std::to_string(D) + "/" + dtype;
+}
+
+std::optional<StepMatch> append_point(const nlohmann::json& p) {
+  const auto B = point_size(p, "B"), S = point_size(p, "S"), Hkv = point_size(p, "Hkv"), D = point_size(p, "D");
+  if (!B || !S || !Hkv || !D) return std::nullopt;
+  return StepMatch{append_curve(*Hkv, *D, point_dtype(p)), {static_cast<double>(*B * *S)}};
+}
+
+std::optional<StepMatch> append_step_op(const StepOpView& v) {
+  const auto& s = v.op.shape;
+  if (v.op.kind != "kv_append" || !s.has("Hkv")) return std::nullopt;  // MLA's latent append is another shape
+  return StepMatch{append_curve(s["Hkv"], s["D"], std::string(to_string(v.kv_dtype))),
+                   {static_cast<double>(s["B"] * s["S"])}};
+}
+
+}  // namespace
+
 }  // namespace phasebench
 
 PHASEBENCH_DECLARE_OPS(kv_append) {
   using namespace phasebench;
-  registry.declare(OpDecl{kKvAppend, {"B", "S", "Hkv", "D"}, cost, footprint, {}});
-  registry.declare(OpDecl{kKvAppendPaged, {"B", "S", "Hkv", "D"}, cost, footprint, {}});
+  for (const char* kind : {kKvAppend, kKvAppendPaged}) {
+    OpDecl d{kind, {"B", "S", "Hkv", "D"}, cost, footprint, {}};
+    d.match_point = append_point;
+    d.match_step_op = append_step_op;
+    registry.declare(std::move(d));
+  }
   registry.group(SweepGroup{
       .name = "kv_append",
       .help = "the decode step's KV append over batch into a cache of context tokens, contiguous and paged",

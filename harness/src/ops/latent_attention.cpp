@@ -11,6 +11,7 @@
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/latent_attention.hpp"
+#include "phasebench/step_time.hpp"
 
 namespace phasebench {
 
@@ -57,15 +58,44 @@ std::uint64_t paged_footprint(const OpRequest& r) {
 
 }  // namespace
 
+namespace {
+
+// Serving (step_time.hpp): absorbed MLA decode, on the curve of heads, latent
+// widths and cache type, along batch and context (contiguous and paged alike).
+std::string latent_curve(std::uint64_t H, std::uint64_t R, std::uint64_t P, const std::string& kv) {
+  return "latent_attention/" + std::to_string(H) + "/" + std::to_string(R) + "/" + std::to_string(P) + "/" + kv;
+}
+
+std::optional<StepMatch> latent_point(const nlohmann::json& p) {
+  const auto B = point_size(p, "B"), H = point_size(p, "H"), L = point_size(p, "L"), R = point_size(p, "R"),
+             P = point_size(p, "P");
+  if (!B || !H || !L || !R || !P) return std::nullopt;
+  return StepMatch{latent_curve(*H, *R, *P, point_dtype(p)), {static_cast<double>(*B), static_cast<double>(*L)}};
+}
+
+std::optional<StepMatch> latent_step_op(const StepOpView& v) {
+  const auto& s = v.op.shape;
+  if (v.op.kind != "decode_attention" || !s.has("R")) return std::nullopt;
+  return StepMatch{latent_curve(s["H"], s["R"], s["P"], std::string(to_string(v.kv_dtype))),
+                   {static_cast<double>(s["B"]), static_cast<double>(s["L"])}};
+}
+
+}  // namespace
+
 }  // namespace phasebench
 
 PHASEBENCH_DECLARE_OPS(latent_attention) {
   using namespace phasebench;
-  registry.declare(OpDecl{kLatentAttention, {"B", "H", "L", "R", "P"}, contiguous_cost,
-                          [](const OpRequest& r) { return contiguous_cost(r).bytes.total(); }, {},
-                          {"decode_latent_attention"}, {Impl::flashinfer}});  // FlashInfer's MLA on CUDA
-  registry.declare(OpDecl{kLatentAttentionPaged, {"B", "H", "L", "R", "P"},
-                          paged_cost, paged_footprint, {}, {"decode_latent_attention_paged"}, {Impl::flashinfer}});
+  OpDecl contiguous_decl{kLatentAttention, {"B", "H", "L", "R", "P"}, contiguous_cost,
+                    [](const OpRequest& r) { return contiguous_cost(r).bytes.total(); }, {},
+                    {"decode_latent_attention"}, {Impl::flashinfer}};  // FlashInfer's MLA on CUDA
+  OpDecl paged_decl{kLatentAttentionPaged, {"B", "H", "L", "R", "P"}, paged_cost, paged_footprint, {},
+               {"decode_latent_attention_paged"}, {Impl::flashinfer}};
+  for (OpDecl* d : {&contiguous_decl, &paged_decl}) {
+    d->match_point = latent_point;
+    d->match_step_op = latent_step_op;
+    registry.declare(std::move(*d));
+  }
   // GPU: small-batch short-context points (split-KV) up to >= 256 MiB of latent
   // cache (bf16: B*L*1152 bytes; 64 x 8192 is 604 MB). CPU: four small points.
   registry.group(SweepGroup{

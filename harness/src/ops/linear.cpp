@@ -12,6 +12,7 @@
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/shared_axes.hpp"
+#include "phasebench/step_time.hpp"
 
 namespace phasebench {
 
@@ -110,11 +111,37 @@ std::vector<DType> prefill_dtypes(const SweepScope& sc) {
 
 }  // namespace
 
+namespace {
+
+// Serving (step_time.hpp): a linear layer's points lie on the curve of its N x K
+// and element type, along M; the model's plain-weight linear ops on the same.
+std::string linear_curve(std::uint64_t N, std::uint64_t K, const std::string& dtype) {
+  return "linear/" + std::to_string(N) + "x" + std::to_string(K) + "/" + dtype;
+}
+
+std::optional<StepMatch> linear_point(const nlohmann::json& p) {
+  const auto M = point_size(p, "M"), N = point_size(p, "N"), K = point_size(p, "K");
+  if (!M || !N || !K) return std::nullopt;
+  return StepMatch{linear_curve(*N, *K, point_dtype(p)), {static_cast<double>(*M)}};
+}
+
+std::optional<StepMatch> linear_step_op(const StepOpView& v) {
+  // Quantized weights are other operations' points (linear_int4, linear_fp4).
+  if (v.op.kind != "linear" || v.op.weights != to_string(v.op.compute)) return std::nullopt;
+  const auto& s = v.op.shape;
+  return StepMatch{linear_curve(s["N"], s["K"], std::string(to_string(v.op.compute))), {static_cast<double>(s["M"])}};
+}
+
+}  // namespace
+
 }  // namespace phasebench
 
 PHASEBENCH_DECLARE_OPS(linear) {
   using namespace phasebench;
-  registry.declare(OpDecl{kLinear, {"M", "N", "K"}, cost, [](const OpRequest& r) { return cost(r).bytes.total(); }, {}});
+  OpDecl linear{kLinear, {"M", "N", "K"}, cost, [](const OpRequest& r) { return cost(r).bytes.total(); }, {}};
+  linear.match_point = linear_point;
+  linear.match_step_op = linear_step_op;
+  registry.declare(std::move(linear));
   registry.group(SweepGroup{
       .name = "prefill_linear",
       .help = "the prefill GEMMs of each projection over batch x prompt and element type (vendor library)",

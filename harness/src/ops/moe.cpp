@@ -12,6 +12,7 @@
 
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/step_time.hpp"
 
 namespace phasebench {
 
@@ -79,13 +80,42 @@ nlohmann::json shape_json(const OpRequest& r) {
 
 }  // namespace
 
+namespace {
+
+// Serving (step_time.hpp): the routed experts (permute, grouped GEMMs, SiLU*up,
+// combine) under uniform routing, on the curve of E, k, h, I and type, along the
+// tokens; each of the model's experts_* ops takes the whole layer's efficiency.
+std::string moe_curve(std::uint64_t E, std::uint64_t k, std::uint64_t h, std::uint64_t I, const std::string& dtype) {
+  return "moe/" + std::to_string(E) + "/" + std::to_string(k) + "/" + std::to_string(h) + "/" + std::to_string(I) + "/" +
+         dtype;
+}
+
+std::optional<StepMatch> moe_point(const nlohmann::json& p) {
+  const auto T = point_size(p, "T"), k = point_size(p, "k"), E = point_size(p, "E"), h = point_size(p, "h"),
+             I = point_size(p, "I");
+  if (!T || !k || !E || !h || !I) return std::nullopt;
+  if (p.contains("shape") && p["shape"].value("routing", "uniform") != "uniform") return std::nullopt;
+  return StepMatch{moe_curve(*E, *k, *h, *I, point_dtype(p)), {static_cast<double>(*T)}};
+}
+
+std::optional<StepMatch> moe_step_op(const StepOpView& v) {
+  if (v.op.name.rfind("experts_", 0) != 0 || v.model.routing.kind != Routing::Kind::uniform) return std::nullopt;
+  const auto& m = v.model;
+  return StepMatch{moe_curve(m.experts, m.experts_per_token, m.hidden, m.expert_intermediate, std::string(to_string(v.dtype))),
+                   {static_cast<double>(v.tokens)}};
+}
+
+}  // namespace
+
 }  // namespace phasebench
 
 PHASEBENCH_DECLARE_OPS(moe) {
   using namespace phasebench;
-  registry.declare(OpDecl{kMoe, {"T", "k", "E", "h", "I"},
-                          [](const OpRequest& r) { return moe_cost(r).total(); }, footprint, shape_json,
-                          {"moe_experts"}});
+  OpDecl d{kMoe, {"T", "k", "E", "h", "I"}, [](const OpRequest& r) { return moe_cost(r).total(); }, footprint, shape_json,
+           {"moe_experts"}};
+  d.match_point = moe_point;
+  d.match_step_op = moe_step_op;
+  registry.declare(std::move(d));
   registry.group(SweepGroup{
       .name = "moe",
       .help = "the routed experts of each mixture-of-experts model's MoE layer (permute, grouped gate_up, SiLU*up, "

@@ -5,6 +5,7 @@
 // (FlashInfer, cuDNN), for the grouped-query attention models.
 #include "phasebench/ops/prefill_attention.hpp"
 #include "phasebench/ops/shared_axes.hpp"
+#include "phasebench/step_time.hpp"
 
 namespace phasebench {
 
@@ -25,14 +26,40 @@ OpCost cost(const OpRequest& r) { return prefill_attention_cost(PrefillAttention
 
 }  // namespace
 
+namespace {
+
+// Serving (step_time.hpp): causal prefill with no prefix, window or chunks, on the
+// curve of its heads, head_dim and type, along batch and prompt.
+std::string prefill_curve(std::uint64_t Hq, std::uint64_t Hkv, std::uint64_t D, const std::string& dtype) {
+  return "prefill_attention/" + std::to_string(Hq) + "/" + std::to_string(Hkv) + "/" + std::to_string(D) + "/" + dtype;
+}
+
+std::optional<StepMatch> prefill_point(const nlohmann::json& p) {
+  const auto B = point_size(p, "B"), Hq = point_size(p, "Hq"), Hkv = point_size(p, "Hkv"), S = point_size(p, "S"),
+             D = point_size(p, "D");
+  if (!B || !Hq || !Hkv || !S || !D) return std::nullopt;
+  return StepMatch{prefill_curve(*Hq, *Hkv, *D, point_dtype(p)), {static_cast<double>(*B), static_cast<double>(*S)}};
+}
+
+std::optional<StepMatch> prefill_step_op(const StepOpView& v) {
+  const auto& s = v.op.shape;
+  if (v.op.kind != "prefill_attention" || s.has("window") || s.has("chunk") || s.has("Dv")) return std::nullopt;
+  return StepMatch{prefill_curve(s["Hq"], s["Hkv"], s["D"], std::string(to_string(v.dtype))),
+                   {static_cast<double>(s["B"]), static_cast<double>(s["S"])}};
+}
+
+}  // namespace
+
 }  // namespace phasebench
 
 PHASEBENCH_DECLARE_OPS(prefill_attention) {
   using namespace phasebench;
   // FlashInfer and cuDNN have rows on CUDA (kernels/cuda/prefill_attention_<library>.*).
-  registry.declare(OpDecl{kPrefillAttention, {"B", "Hq", "Hkv", "S", "D"}, cost,
-                          [](const OpRequest& r) { return cost(r).bytes.total(); }, {}, {},
-                          {Impl::flashinfer, Impl::cudnn}});
+  OpDecl d{kPrefillAttention, {"B", "Hq", "Hkv", "S", "D"}, cost, [](const OpRequest& r) { return cost(r).bytes.total(); },
+           {}, {}, {Impl::flashinfer, Impl::cudnn}};
+  d.match_point = prefill_point;
+  d.match_step_op = prefill_step_op;
+  registry.declare(std::move(d));
   registry.group(SweepGroup{
       .name = "prefill_attention",
       .help = "causal prefill attention over batch x prompt (ours, the cuBLAS path, FlashInfer and cuDNN)",
