@@ -316,7 +316,8 @@ def serve_points(s: serve.Serve) -> str:
     f, t = compare.fmt_num, compare.fmt_time
     lat = serve.latency
     rows = [[serve.point_tag(s, i), p.get("completed"), p.get("requests"), f(p.get("duration_s")),
-             f(p.get("output_tokens_per_s_per_gpu")), f(p.get("output_tokens_per_s_per_user")), f(p.get("request_rate")),
+             f(p.get("output_tokens_per_s_per_gpu")), f(p.get("output_tokens_per_s_per_user")),
+             f(p.get("request_rate")),
              t(lat(p, "ttft_s", "p50")), t(lat(p, "ttft_s", "p99")), t(lat(p, "tpot_s", "p50")),
              t(lat(p, "tpot_s", "p99")), t(lat(p, "itl_s", "p99")), t(lat(p, "e2e_s", "p50")), f(p.get("goodput_rps")),
              compare.fmt_pct(p.get("slo_attainment")), serve.yes_no(p.get("meets_slo")), serve.yes_no(p.get("pareto")),

@@ -120,6 +120,13 @@ class _Checker:
             self.fail(where + key, "is missing" if v is None else f"is {_shown(v)}, not a number >= 0")
         return v
 
+    def whole(self, parent: dict, key: str, where: str = "") -> int:
+        """A whole number >= 1 (a count of GPUs or replicas)."""
+        v = parent.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            self.fail(where + key, "is missing" if v is None else f"is {_shown(v)}, not a whole number >= 1")
+        return v
+
     def flag(self, parent: dict, key: str, where: str = "") -> None:
         v = parent.get(key)
         if v is not None and not isinstance(v, bool):
@@ -144,11 +151,11 @@ def parse(doc, path: str) -> Serve:
     c.text(dev, "key", "device.")
     c.text(dev, "name", "device.")
     c.text(doc, "dtype")
-    tp = doc.get("tp")
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        c.fail("tp", "is missing" if tp is None else f"is {_shown(tp)}, not a whole number >= 1")
+    c.whole(doc, "tp")
     engine = c.obj(doc, "engine")
-    c.text(engine, "mode", "engine.", ("colocated", "disaggregated"))
+    if c.text(engine, "mode", "engine.", ("colocated", "disaggregated")) == "disaggregated":
+        for k in ("prefill_replicas", "decode_replicas"):  # xPyD names the series
+            c.whole(engine, k, "engine.")
     sweep = c.text(c.obj(doc, "workload"), "kind", "workload.", SWEEPS)
     slo = c.obj(doc, "slo")
     for k in ("ttft_s", "tpot_s", "attainment"):
@@ -224,7 +231,8 @@ def slo_text(slo: dict) -> str:
     """A file's SLOs in words ("SLO: TTFT <= 1 s, TPOT <= 50 ms for 90% of requests")."""
     from .compare import fmt_time
 
-    parts = [f"{k} <= {fmt_time(slo[f'{k.lower()}_s'])}" for k in ("TTFT", "TPOT") if slo.get(f"{k.lower()}_s") is not None]
+    parts = [f"{name} <= {fmt_time(slo[key])}" for name, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"))
+             if slo.get(key) is not None]
     if not parts:
         return "none"
     att = slo.get("attainment")
@@ -392,7 +400,8 @@ def comparison_rows(cmp: dict) -> tuple[list, list]:
     from .compare import fmt_num, fmt_time
 
     sweep = cmp["sweep"]
-    cols = [("tok/s/GPU", "output_tokens_per_s_per_gpu", fmt_num), ("tok/s/user", "output_tokens_per_s_per_user", fmt_num),
+    cols = [("tok/s/GPU", "output_tokens_per_s_per_gpu", fmt_num),
+            ("tok/s/user", "output_tokens_per_s_per_user", fmt_num),
             ("TTFT p50", "ttft_p50_s", fmt_time), ("TTFT p99", "ttft_p99_s", fmt_time),
             ("TPOT p50", "tpot_p50_s", fmt_time), ("TPOT p99", "tpot_p99_s", fmt_time),
             ("goodput req/s", "goodput_rps", fmt_num), ("meets SLO", "meets_slo", yes_no)]
@@ -424,7 +433,8 @@ def render_comparison(cmp: dict, fmt: str) -> str:
         w.writerows(rows)
         return buf.getvalue()
     markdown = fmt == "markdown"
-    files = [[f["label"], f["path"], f["model"], f["device"], f["dtype"], str(f["tp"]), f["mode"]] for f in cmp["files"]]
+    files = [[f["label"], f["path"], f["model"], f["device"], f["dtype"], str(f["tp"]), f["mode"]]
+             for f in cmp["files"]]
     table = render_markdown_table if markdown else render_text_table
     head = (lambda s: f"## {s}") if markdown else (lambda s: f"{s}\n{'=' * len(s)}")
     slos = [slo_text(f["slo"]) for f in cmp["files"]]

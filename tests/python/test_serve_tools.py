@@ -126,6 +126,20 @@ def test_pareto_rate_sweep_and_undefined_figures(tmp_path):
     serve._plt().close(fig)
 
 
+def test_trace_replay_and_disaggregated_engine(tmp_path, capsys):
+    def trace_1p3d(d):
+        d["workload"].update(kind="trace", trace="requests.jsonl")
+        d["engine"].update(mode="disaggregated", prefill_replicas=1, decode_replicas=3, gpus=4)
+        for p in d["points"]:
+            p["concurrency"] = None  # a trace sets neither concurrency nor rate
+    path = _edited(tmp_path, H200, "trace.json", trace_1p3d)
+    s = serve.load(path)
+    assert s.label() == "h200-sxm bf16 TP1 disaggregated 1P3D"
+    assert [serve.point_tag(s, i) for i in range(3)] == ["#1", "#2", "#3"]
+    assert compare.main([path, path, "--format", "json"]) == 0  # matched by position
+    assert [r["in"] for r in json.loads(capsys.readouterr().out)["points"]] == ["both"] * 3
+
+
 def test_two_runs_of_one_device_are_told_apart(tmp_path):
     other = str(tmp_path / "again.json")
     shutil.copy(H200, other)
@@ -251,7 +265,8 @@ BAD = {"fast": _set(["points", 1, "output_tokens_per_s_per_gpu"], "fast"),
        "kind": _set(["kind"], "phasebench something"),
        "mode": _set(["engine", "mode"], "split"),
        "share": _set(["step_times", "ops", 1, "measured_share"], -0.5),
-       "meets": _set(["points", 0, "meets_slo"], "yes")}
+       "meets": _set(["points", 0, "meets_slo"], "yes"),
+       "xpyd": _set(["engine", "mode"], "disaggregated")}  # the fixture's replica counts are 0
 
 ERRORS = [
     ("pareto", "{fast} -o {tmp}/c.png", 'points[1].output_tokens_per_s_per_gpu is "fast", not a number'),
@@ -264,6 +279,7 @@ ERRORS = [
     ("pareto", "{mode} -o {tmp}/c.png", 'engine.mode is "split", not "colocated" or "disaggregated"'),
     ("pareto", "{share} -o {tmp}/c.png", "step_times.ops[1].measured_share is -0.5"),
     ("pareto", "{meets} -o {tmp}/c.png", 'points[0].meets_slo is "yes", not true, false or null'),
+    ("pareto", "{xpyd} -o {tmp}/c.png", "engine.prefill_replicas is 0, not a whole number >= 1"),
     ("pareto", "{H}", "give the chart to write with -o CHART.png"),
     ("pareto", "{H} -o {S}", "already exists and holds phasebench results"),
     ("pareto", "{H} -o {H}", "is one of the inputs"),
