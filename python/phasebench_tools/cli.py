@@ -82,7 +82,7 @@ def read_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
 
 
 def _holds_results(path: str) -> bool:
-    """Whether the existing file `path` is a results or counters file (or a cut-off one)."""
+    """Whether the existing file `path` is a results, counters or serve file (or a cut-off one)."""
     try:
         data = read_bytes(path)
     except FileError:
@@ -93,9 +93,9 @@ def _holds_results(path: str) -> bool:
     try:
         doc = json.loads(text)
     except ValueError:  # cut off while written: judge by its opening
-        return '"benchmarks"' in text[:4096] or '"phasebench"' in text[:4096]
-    return isinstance(doc, dict) and (isinstance(doc.get("benchmarks"), list) or
-                                      isinstance(doc.get("context"), dict) and "phasebench" in doc["context"])
+        return any(mark in text[:4096] for mark in ('"benchmarks"', '"phasebench"', '"phasebench serve"'))
+    return isinstance(doc, dict) and (isinstance(doc.get("benchmarks"), list) or doc.get("kind") == "phasebench serve"
+                                      or isinstance(doc.get("context"), dict) and "phasebench" in doc["context"])
 
 
 def _same_file(st: os.stat_result, inputs: Iterable[str]) -> str | None:
@@ -124,7 +124,7 @@ def check_output(path: str, flag: str, inputs: Iterable[str] = (), overwrite: bo
 
     Refused: an empty path, a folder, a device, FIFO or socket (/dev/full, ...), a path in a folder
     that does not exist or cannot be written; and, unless `overwrite`, one of `inputs` or an
-    existing results or counters file. Other existing files (an earlier table, page or plot) are
+    existing results, counters or serve file. Other existing files (an earlier table, page or plot) are
     replaced. A symbolic link is followed: the file it names is written.
     """
     if not path:

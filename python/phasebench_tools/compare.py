@@ -67,6 +67,11 @@ one each point records (against the ceilings its run used), else intensity again
 ceilings in its colour, named after the device, and an arrow from the reference's point to the other
 file's for each change; files of one device get phasebench-roofline's overlay).
 
+Two serve files (`phasebench serve -o`) are set side by side instead (serve.py): their points matched
+on the sweep value (concurrency or rate), tokens/s per GPU and per user, TTFT and TPOT p50/p99,
+goodput and SLO for A and B, and B/A ratios of the two throughputs; --roofline PATH draws both on
+the Pareto chart. The verdict and regression options do not apply to them and are refused.
+
 Two counters files (`phasebench counters`) are diffed instead (counters.py): every count of
 every matched point, SAME or CHANGED with the counters that differ, and the estimate's
 headline figures side by side; --fail-on-regression PCT then fails on DRAM bytes grown or an
@@ -759,7 +764,8 @@ def parser() -> argparse.ArgumentParser:
                     "AMBIGUOUS (too noisy or too few samples to tell).",
         epilog="exit status: 0 fine, 1 regression beyond --fail-on-regression, 2 bad input")
     ap.add_argument("files", nargs="+", metavar="FILE",
-                    help="results JSON written by `phasebench run` (2 or more; one with --impl)")
+                    help="results JSON written by `phasebench run` (2 or more; one with --impl), or two serve files "
+                         "(`phasebench serve -o`): their points side by side, matched on concurrency or rate")
     ap.add_argument("--format", choices=("table", "markdown", "csv", "json"), default="table",
                     help="output format (default: a terminal table)")
     ap.add_argument("--output", "-o", metavar="PATH",
@@ -770,7 +776,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--roofline", metavar="PATH",
                     help="also draw the files on one roofline chart (.png, .svg or .pdf): files from different "
                          "devices each against their own device's ceilings, with an arrow for every point whose "
-                         "bound changed between them; never over an input or a results file unless --overwrite")
+                         "bound changed between them (with serve files: their Pareto chart); never over an input or "
+                         "a results file unless --overwrite")
     ap.add_argument("--fail-on-regression", type=float, metavar="PCT", default=None,
                     help="exit 1 if a point is SLOWER than in the first file (significant, beyond --same-within) by "
                          "more than PCT percent, or ran there and now fails with an error")
@@ -904,10 +911,19 @@ def compare_counters(a: argparse.Namespace, prog: str) -> int:
 def main(argv: list | None = None) -> int:
     ap = parser()
     # compare.py from scripts/, phasebench-compare as a console script
-    return cli.run(ap, lambda a: _main(check_args(ap, a), ap.prog), argv)
+    return cli.run(ap, lambda a: _main(check_args(ap, a), ap.prog, ap), argv)
 
 
-def _main(a: argparse.Namespace, prog: str) -> int:
+def _main(a: argparse.Namespace, prog: str, ap: argparse.ArgumentParser) -> int:
+    from . import serve  # imported here: serve.py uses this module's formatting helpers
+
+    is_serve = [serve.is_serve_file(f) for f in a.files]  # None: unreadable, its loader says why
+    if any(is_serve):
+        if False in is_serve:
+            raise cli.ToolError(f"serve files ({', '.join(f for f, s in zip(a.files, is_serve) if s)}) mixed with "
+                                f"others ({', '.join(f for f, s in zip(a.files, is_serve) if s is False)}); both "
+                                f"must be serve files (or both results files)")
+        return serve.compare_main(ap, a)
     kinds = [pc.file_kind(f) for f in a.files]
     if pc.KIND in kinds:
         if any(k == "results" for k in kinds):

@@ -10,6 +10,11 @@ plots (embedded as base64 PNG: no external file, script or font), the ridge cros
 recorded (schema 2; a schema 1 file says they are not recorded) and every point; with several files also the comparison against the first (compare.py's tables) and the
 overlay plots. Unreadable files are listed on the page and make the exit status 2; the other
 files are still reported.
+
+Given serve files (`phasebench serve -o`; only serve files: mixed with results files is one line
+and status 2), the page holds each run's settings (model, device, dtype, TP, engine, workload,
+SLOs, where the step times came from with each operation's measured share), the Pareto chart of
+all of them (serve.py), two files side by side as phasebench-compare sets them, and every point.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import io
 import os
 import sys
 
-from . import cli, compare, crossdevice, roofline
+from . import cli, compare, crossdevice, roofline, serve
 from . import results as pr
 
 CSS = """
@@ -245,10 +250,7 @@ def build_report(results: list, errors: list, title: str | None = None) -> tuple
         # The files, not only the devices: two runs on one machine are told apart.
         title = ("phasebench report: " + roofline.files_title(results) if len(results) == 1 else
                  "phasebench comparison: " + roofline.files_title(results)) if results else "phasebench report"
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    body = [f"<h1>{esc(title)}</h1>",
-            f"<p class='small'>Generated {now} by phasebench-report from "
-            + ", ".join(f"<code>{esc(r.path)}</code>" for r in results) + ".</p>"]
+    body = [f"<h1>{esc(title)}</h1>", generated_line([r.path for r in results])]
     all_errors = [str(e) for e in errors]
     cmp = None
     if len(results) > 1:
@@ -264,16 +266,92 @@ def build_report(results: list, errors: list, title: str | None = None) -> tuple
     labels = pr.file_labels(len(results))
     for lab, r in zip(labels, results):
         body.append(file_section(r, lab if len(results) > 1 else None))
+    return page(title, body), all_errors
+
+
+def page(title: str, body: list) -> str:
+    """The self-contained page around `body` (HTML fragments)."""
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{esc(title)}</title>"
-            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"), all_errors
+            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def generated_line(paths: list) -> str:
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"<p class='small'>Generated {now} by phasebench-report from "
+            + ", ".join(f"<code>{esc(p)}</code>" for p in paths) + ".</p>")
+
+
+# --------------------------------------------------------------------------------------
+# Serve files (`phasebench serve -o`)
+# --------------------------------------------------------------------------------------
+
+def _fields(d: dict, skip: tuple = ()) -> str:
+    """key=value, ... of an object's plain fields (null as '-'), without those in `skip`."""
+    return ", ".join(f"{k}={'-' if v is None else v}" for k, v in d.items()
+                     if k not in skip and not isinstance(v, (dict, list)))
+
+
+def serve_settings(s: serve.Serve) -> str:
+    d = s.doc
+    st = d["step_times"]
+    rows = [["model", d["model"]], ["device", f"{d['device']['name']} ({_fields(d['device'], ('name',))})"],
+            ["dtype", d["dtype"]], ["KV cache dtype", d.get("kv_dtype")], ["tensor parallel", d["tp"]],
+            ["engine", f"{s.mode}: {_fields(d['engine'], ('mode',))}"], ["workload", _fields(d["workload"])],
+            ["SLO", serve.slo_text(d["slo"])], ["TPOT", d.get("tpot_definition")],
+            ["step times", _fields({k: st.get(k) for k in ("source", "results_file", "efficiency")})],
+            ["command", Raw(f"<code>{esc(d.get('command_line', ''))}</code>")]]
+    out = ["<h3>Settings</h3>", table(["field", "value"], rows)]
+    if st.get("ops"):
+        out.append("<h3>Step times per operation</h3><p class='small'>measured share: the fraction of the "
+                   "operation's step-time lookups served by measured points (the rest analytical, scaled by the "
+                   "efficiency); time share: its share of all simulated operation time.</p>")
+        out.append(table(["operation", "measured share", "time share"],
+                         [[o["op"], compare.fmt_pct(o.get("measured_share")), compare.fmt_pct(o.get("time_share"))]
+                          for o in st["ops"]], {1, 2}))
+    return "\n".join(out)
+
+
+def serve_points(s: serve.Serve) -> str:
+    f, t = compare.fmt_num, compare.fmt_time
+    lat = serve.latency
+    rows = [[serve.point_tag(s, i), p.get("completed"), p.get("requests"), f(p.get("duration_s")),
+             f(p.get("output_tokens_per_s_per_gpu")), f(p.get("output_tokens_per_s_per_user")),
+             f(p.get("request_rate")),
+             t(lat(p, "ttft_s", "p50")), t(lat(p, "ttft_s", "p99")), t(lat(p, "tpot_s", "p50")),
+             t(lat(p, "tpot_s", "p99")), t(lat(p, "itl_s", "p99")), t(lat(p, "e2e_s", "p50")), f(p.get("goodput_rps")),
+             compare.fmt_pct(p.get("slo_attainment")), serve.yes_no(p.get("meets_slo")), serve.yes_no(p.get("pareto")),
+             p.get("preemptions"), f(p.get("mean_batch"))] for i, p in enumerate(s.points)]
+    return f"<h3>Points ({len(rows)})</h3>" + table(
+        ["point", "completed", "requests", "duration s", "tok/s/GPU", "tok/s/user", "req/s", "TTFT p50", "TTFT p99",
+         "TPOT p50", "TPOT p99", "ITL p99", "E2E p50", "goodput req/s", "SLO attainment", "meets SLO", "Pareto",
+         "preemptions", "mean batch"], rows, set(range(1, 15)) | {17, 18})
+
+
+def build_serve_report(files: list, title: str | None = None) -> str:
+    title = title or "phasebench serve report: " + serve.chart_title(files)
+    body = [f"<h1>{esc(title)}</h1>", generated_line([s.path for s in files]), "<h2>Pareto chart</h2>",
+            "<p class='small'>Output tokens/s per GPU against per user, one marker per point (filled: meets its "
+            "file's SLO; hollow: misses it), each file's Pareto frontier joined by a line.</p>",
+            fig_img(serve.pareto_figure(files), "Pareto chart")]
+    if len(files) == 2 and files[0].sweep == files[1].sweep:
+        cmp = serve.build_comparison(*files)
+        body += [f"<h2>A ({esc(files[0].label())}) and B ({esc(files[1].label())}) matched on {esc(cmp['sweep'])}</h2>",
+                 table(*serve.comparison_rows(cmp), numeric=set(range(2, 16)) | {18, 19})]
+    labels = serve.series_labels(files)
+    for lab, s in zip(labels, files):
+        body += [f"<h2>{esc(lab)} <span class='small'>({esc(os.path.basename(s.path))})</span></h2>",
+                 serve_settings(s), serve_points(s)]
+    return page(title, body)
 
 
 def main(argv: list | None = None) -> int:
     ap = cli.Parser(description="Self-contained HTML report of phasebench results.",
                     epilog="exit status: 0 fine, 2 bad input (a file that cannot be read or an output that "
                            "must not or cannot be written: one line on stderr)")
-    ap.add_argument("files", nargs="+", metavar="FILE", help="results JSON written by `phasebench run`")
+    ap.add_argument("files", nargs="+", metavar="FILE",
+                    help="results JSON written by `phasebench run`, or serve JSON written by `phasebench serve -o` "
+                         "(not both kinds in one report)")
     ap.add_argument("-o", "--output", default="report.html",
                     help="HTML file to write (default: report.html); never over an input or a results file "
                          "unless --overwrite")
@@ -285,6 +363,15 @@ def main(argv: list | None = None) -> int:
 
 def _main(a, prog: str) -> int:
     out = cli.check_output(a.output, "--output", a.files, a.overwrite)  # before the work, not after it
+    is_serve = [serve.is_serve_file(f) for f in a.files]  # None: unreadable, its loader says why
+    if any(is_serve):
+        if False in is_serve:
+            raise cli.ToolError(f"serve files ({', '.join(f for f, s in zip(a.files, is_serve) if s)}) mixed with "
+                                f"others ({', '.join(f for f, s in zip(a.files, is_serve) if s is False)}); report "
+                                f"serve files and results files separately")
+        cli.write_file(out, build_serve_report([serve.load(f) for f in a.files], a.title), "report")
+        print(a.output)
+        return 0
     results, errors = pr.load_many(a.files)
     for e in errors:
         print(f"{prog}: error: {e}", file=sys.stderr)
