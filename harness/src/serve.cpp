@@ -263,21 +263,13 @@ class Simulation {
     for (std::size_t i = 0; i < first_wave; ++i) push(concurrency_ ? 0.0 : reqs_[i].in.arrival_s, Event::Kind::arrive, 0, i);
     issued_ = first_wave;
     while (!events_.empty()) {
-      const Event ev = events_.top();
-      events_.pop();
-      now_ = ev.t;
-      switch (ev.kind) {
-        case Event::Kind::arrive:
-          reqs_[ev.request].in.arrival_s = now_;
-          replicas_[pick(e_.disaggregated() ? Role::prefill : Role::mixed)].waiting.push_back(ev.request);
-          break;
-        case Event::Kind::kv_arrive:
-          --replicas_[ev.replica].incoming;
-          replicas_[ev.replica].waiting.push_back(ev.request);
-          break;
-        case Event::Kind::step_done:
-          finish_step(ev.replica);
-          break;
+      // Every event of this moment before any scheduling: requests that arrive
+      // together are in the queue together when the scheduler looks.
+      now_ = events_.top().t;
+      while (!events_.empty() && events_.top().t == now_) {
+        const Event ev = events_.top();
+        events_.pop();
+        handle(ev);
       }
       for (std::size_t r = 0; r < replicas_.size(); ++r)
         if (!replicas_[r].busy) start_step(r);
@@ -286,6 +278,22 @@ class Simulation {
   }
 
  private:
+  void handle(const Event& ev) {
+    switch (ev.kind) {
+      case Event::Kind::arrive:
+        reqs_[ev.request].in.arrival_s = now_;
+        replicas_[pick(e_.disaggregated() ? Role::prefill : Role::mixed)].waiting.push_back(ev.request);
+        break;
+      case Event::Kind::kv_arrive:
+        --replicas_[ev.replica].incoming;
+        replicas_[ev.replica].waiting.push_back(ev.request);
+        break;
+      case Event::Kind::step_done:
+        finish_step(ev.replica);
+        break;
+    }
+  }
+
   void push(double t, Event::Kind k, std::size_t replica, std::size_t request) {
     events_.push({t, seq_++, k, replica, request});
   }

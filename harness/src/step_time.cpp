@@ -23,7 +23,7 @@ std::optional<std::uint64_t> point_size(const nlohmann::json& point, const char*
   const auto sh = point.find("shape");
   if (sh == point.end() || !sh->is_object()) return std::nullopt;
   const auto v = sh->find(dim);
-  if (v == sh->end() || !v->is_number_unsigned()) return std::nullopt;
+  if (v == sh->end() || !v->is_number_integer() || v->get<std::int64_t>() < 0) return std::nullopt;
   return v->get<std::uint64_t>();
 }
 
@@ -31,7 +31,7 @@ std::uint64_t point_arg(const nlohmann::json& point, const char* arg, std::uint6
   const auto a = point.find("args");
   if (a == point.end() || !a->is_object()) return dflt;
   const auto v = a->find(arg);
-  return v != a->end() && v->is_number_unsigned() ? v->get<std::uint64_t>() : dflt;
+  return v != a->end() && v->is_number_integer() && v->get<std::int64_t>() >= 0 ? v->get<std::uint64_t>() : dflt;
 }
 
 std::string point_dtype(const nlohmann::json& point) {
