@@ -185,26 +185,6 @@ std::pair<std::uint64_t, std::uint64_t> parse_xpyd(const std::string& s) {
   return {std::stoul(x), std::stoul(y)};
 }
 
-std::vector<double> parse_rates(const std::string& text) {
-  std::vector<double> out;
-  std::string item;
-  std::istringstream in(text);
-  while (std::getline(in, item, ',')) {
-    std::size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || !(v > 0) || !std::isfinite(v))
-      throw InputError("--rate " + text + ": give request rates per second, comma-separated (e.g. 0.5,1,2)");
-    out.push_back(v);
-  }
-  if (out.empty()) throw InputError("--rate: give at least one request rate");
-  return out;
-}
-
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -356,7 +336,7 @@ int cmd_serve(int argc, char** argv) {
       w.requests = w.trace.size();
     } else if (!f.rate.empty()) {
       w.kind = Workload::Kind::rate;
-      rates = parse_rates(f.rate);
+      rates = parse_rate_list(f.rate, "--rate");
     } else {
       w.kind = Workload::Kind::concurrency;
       concurrencies = parse_size_list(f.concurrency.empty() ? "1,4,16,64" : f.concurrency, "--concurrency");

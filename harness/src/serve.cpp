@@ -92,6 +92,18 @@ std::uint64_t LengthDist::draw(std::mt19937_64& rng) const {
   return 1;
 }
 
+std::vector<double> parse_rate_list(const std::string& text, const std::string& flag) {
+  const std::string how = flag + " " + text + ": give request rates per second, comma-separated (e.g. 0.5,1,2)";
+  std::vector<double> out;
+  for (const auto& item : split(text, ',')) {
+    const double v = number_in(item, how);
+    if (!(v > 0)) throw InputError(how);
+    out.push_back(v);
+  }
+  if (out.empty()) throw InputError(how);
+  return out;
+}
+
 std::vector<ServeRequest> draw_requests(const Workload& w) {
   if (w.kind == Workload::Kind::trace) return w.trace;
   std::mt19937_64 rng(w.seed);

@@ -28,6 +28,9 @@ struct LengthDist {
   std::uint64_t largest() const;  // the longest it draws (log-normal: its 99.99th percentile, where draws are capped)
 };
 
+// "0.5,1,2": request rates per second (each > 0), or InputError naming `flag`.
+std::vector<double> parse_rate_list(const std::string& text, const std::string& flag);
+
 struct ServeRequest {
   double arrival_s = 0;
   std::uint64_t input = 0, output = 0;  // prompt tokens; output tokens (>= 1, the first from the prefill)
