@@ -34,6 +34,7 @@ const char* const kLeftOut[] = {
     "detokenization and the network between client and server",
     "activation and workspace memory (the KV capacity is memory x utilization - weights)",
     "prefix caching and speculative decoding",
+    "disaggregated: links shared by concurrent KV transfers (each transfer gets the whole link)",
 };
 
 struct ServeFlags {
@@ -239,6 +240,11 @@ int cmd_serve(int argc, char** argv) {
       throw InputError("--config '" + f.config + "': no such file; give the path of a Hugging Face config.json");
     const int sources = !f.concurrency.empty() + !f.rate.empty() + !f.trace.empty();
     if (sources > 1) throw InputError("give one of --concurrency, --rate and --trace");
+    constexpr std::int64_t kMostRequests = 10'000'000;
+    if (app.count("--requests") && (f.requests < 1 || f.requests > kMostRequests))
+      throw InputError("--requests must be a whole number from 1 to 10^7, got " + std::to_string(f.requests));
+    if (app.count("--requests") && !f.trace.empty())
+      throw InputError("--requests does not apply to --trace: the trace's rows are the requests");
     auto positive = [](std::int64_t v, const char* flag) {
       if (v < 1) throw InputError(std::string(flag) + " must be a positive integer, got " + std::to_string(v));
       return static_cast<std::uint64_t>(v);
@@ -256,8 +262,16 @@ int cmd_serve(int argc, char** argv) {
       if (!results.is_object() || !results.contains("context") || !results["context"].contains("phasebench"))
         throw InputError("--results " + f.results + ": not a phasebench results file; give the JSON `phasebench run` wrote");
     }
+    // A results file of another shape than phasebench writes: one line, never nlohmann's exception.
+    auto from_results = [&](auto&& read) {
+      try {
+        return read();
+      } catch (const nlohmann::json::exception& e) {
+        throw InputError("--results " + f.results + ": not laid out as a phasebench results file (" + e.what() + ")");
+      }
+    };
     std::string dtype = f.dtype;
-    if (dtype.empty()) dtype = f.results.empty() ? "bf16" : results_dtype(results);
+    if (dtype.empty()) dtype = f.results.empty() ? "bf16" : from_results([&] { return results_dtype(results); });
     if (dtype.empty()) throw InputError("--results " + f.results + ": no measured points to take a dtype from");
     EstimateInputs in;
     in.dtype = parse_run_dtype(dtype);
@@ -269,7 +283,7 @@ int cmd_serve(int argc, char** argv) {
     Device dev;
     std::vector<std::string> notes;
     if (!f.results.empty()) {
-      dev = results_device(results, f.results, in.dtype);
+      dev = from_results([&] { return results_device(results, f.results, in.dtype); });
       if (!f.gpu.empty()) {
         const auto g = GpuTable::load().get(f.gpu);
         dev.memory_bytes = g.memory_bytes;
@@ -286,7 +300,7 @@ int cmd_serve(int argc, char** argv) {
     StepTimeModel stm(m, in, dev.ceilings, dev.ceiling, dev.link_gbps, dev.name, f.efficiency);
     std::size_t measured_points = 0;
     if (!f.results.empty()) {
-      auto curves = MeasuredCurves::from_results(results, f.results);
+      auto curves = from_results([&] { return MeasuredCurves::from_results(results, f.results); });
       measured_points = curves.points();
       if (curves.points() == 0)
         notes.push_back(f.results + " has no point that stands for a step's op; every op is analytical");
@@ -298,6 +312,10 @@ int cmd_serve(int argc, char** argv) {
     e.max_num_batched_tokens = positive(f.max_tokens, "--max-num-batched-tokens");
     e.max_num_seqs = positive(f.max_seqs, "--max-num-seqs");
     e.block_size = positive(f.block, "--block-size");
+    if (e.max_num_batched_tokens < e.max_num_seqs)  // as vLLM refuses it: the last sequences would starve
+      throw InputError("--max-num-batched-tokens (" + std::to_string(e.max_num_batched_tokens) +
+                       ") must be at least --max-num-seqs (" + std::to_string(e.max_num_seqs) +
+                       "), or a step could not decode every running sequence; raise it or lower --max-num-seqs");
     e.gpus_per_replica = in.tp;
     const auto& shard = stm.shard();
     e.kv_bytes_per_token = kv_bytes_per_token(shard, stm.precision().c);
@@ -340,6 +358,8 @@ int cmd_serve(int argc, char** argv) {
     } else {
       w.kind = Workload::Kind::concurrency;
       concurrencies = parse_size_list(f.concurrency.empty() ? "1,4,16,64" : f.concurrency, "--concurrency");
+      for (auto c : concurrencies)
+        if (c > 1'000'000) throw InputError("--concurrency " + std::to_string(c) + ": at most 10^6 users");
     }
     const Slo slo{f.slo_ttft_ms / 1e3, f.slo_tpot_ms / 1e3, f.attainment};
     const StepTimeFn step = [&](const StepMix& mix) { return stm.step_time(mix); };
@@ -406,8 +426,8 @@ int cmd_serve(int argc, char** argv) {
                     {"gpus", e.gpus()}}},
         {"workload", {{"kind", w.kind == Workload::Kind::trace ? "trace" : w.kind == Workload::Kind::rate ? "rate" : "concurrency"},
                       {"requests", points.empty() ? 0 : points.front().requests},
-                      {"input", w.input.text},
-                      {"output", w.output.text},
+                      {"input", w.kind == Workload::Kind::trace ? "trace" : w.input.text},
+                      {"output", w.kind == Workload::Kind::trace ? "trace" : w.output.text},
                       {"seed", w.seed},
                       {"trace", f.trace.empty() ? nlohmann::json() : nlohmann::json(f.trace)}}},
         {"slo", {{"ttft_s", slo.ttft_s}, {"tpot_s", slo.tpot_s}, {"attainment", slo.attainment}}},
@@ -441,9 +461,11 @@ int cmd_serve(int argc, char** argv) {
                           : "one replica, chunked prefill",
         e.max_num_batched_tokens, e.max_num_seqs, e.kv_capacity_tokens, weights / 1e9,
         f.kv_capacity > 0 ? "--kv-capacity-tokens" : dev.memory_from);
-    std::cout << fmt::format("workload: input {}, output {} tokens, seed {}; SLO: TTFT <= {} ms and TPOT <= {} ms for {:.0f}% "
-                             "of requests\n",
-                             w.input.text, w.output.text, w.seed, f.slo_ttft_ms, f.slo_tpot_ms, f.attainment * 100);
+    const std::string lengths = w.kind == Workload::Kind::trace
+                                    ? fmt::format("{} requests of {}", w.trace.size(), f.trace)
+                                    : fmt::format("input {}, output {} tokens, seed {}", w.input.text, w.output.text, w.seed);
+    std::cout << fmt::format("workload: {}; SLO: TTFT <= {} ms and TPOT <= {} ms for {:.0f}% of requests\n", lengths,
+                             f.slo_ttft_ms, f.slo_tpot_ms, f.attainment * 100);
     for (const auto& n : notes) std::cout << "note: " << n << "\n";
     const char* sweep = w.kind == Workload::Kind::rate ? "rate/s" : w.kind == Workload::Kind::trace ? "trace" : "users";
     std::cout << fmt::format("\n  # {:>7} {:>6} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>5} {:>6} {:>7}\n",

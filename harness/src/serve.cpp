@@ -513,6 +513,8 @@ ServePoint simulate(const EngineConfig& e, std::vector<ServeRequest> requests, s
                     const StepTimeFn& step_time, const Slo& slo) {
   if (requests.empty()) throw InputError("serve: no requests to simulate (--requests must be at least 1)");
   if (concurrency && *concurrency == 0) throw InputError("--concurrency must be at least 1");
+  if (e.disaggregated() != (e.decode_replicas > 0))
+    throw InputError("a disaggregated engine needs prefill and decode replicas, at least one of each");
   if (e.max_num_seqs == 0 || e.max_num_batched_tokens == 0)
     throw InputError("--max-num-seqs and --max-num-batched-tokens must be at least 1");
   return Simulation(e, std::move(requests), concurrency, step_time, slo).run();

@@ -23,7 +23,7 @@ std::optional<std::uint64_t> point_size(const nlohmann::json& point, const char*
   const auto sh = point.find("shape");
   if (sh == point.end() || !sh->is_object()) return std::nullopt;
   const auto v = sh->find(dim);
-  if (v == sh->end() || !v->is_number_integer() || v->get<std::int64_t>() < 0) return std::nullopt;
+  if (v == sh->end() || !v->is_number_integer() || v->get<std::int64_t>() < 1) return std::nullopt;
   return v->get<std::uint64_t>();
 }
 
@@ -60,8 +60,11 @@ MeasuredCurves MeasuredCurves::from_results(const nlohmann::json& results, const
   for (const auto& b : results["benchmarks"]) {
     if (!b.is_object() || !b.contains("phasebench") || !b["phasebench"].is_object()) continue;
     const auto& p = b["phasebench"];
-    if (p.value("status", "") != "ok" || !p.contains("op") || !p["op"].is_string()) continue;
-    const std::string kind = registry.current_kind(p["op"].get<std::string>());
+    if (!p.contains("status") || p["status"] != "ok") continue;
+    // The kind: "op_kind" (in files before schema 4 "op" was the model's op name, "gemv").
+    const auto name = p.contains("op_kind") ? p.find("op_kind") : p.find("op");
+    if (name == p.end() || !name->is_string()) continue;
+    const std::string kind = registry.current_kind(name->get<std::string>());
     const OpDecl* decl = nullptr;
     for (const auto& d : registry.ops())
       if (d.kind == kind) decl = &d;
@@ -191,7 +194,8 @@ StepTimeModel::Part StepTimeModel::time_ops(const std::vector<LayerOp>& ops, std
     }
     Contribution c{op_index(op), 0, false};
     if (curves_ && op.link_bytes == 0) {
-      const StepOpView view{op, shard_, tokens, element_bytes(in_.dtype) == 1 ? DType::bf16 : in_.dtype, in_.kv_dtype};
+      const StepOpView view{op, shard_, precision_, tokens, element_bytes(in_.dtype) == 1 ? DType::bf16 : in_.dtype,
+                            in_.kv_dtype};
       for (const auto& d : registry.ops()) {
         if (!d.match_step_op) continue;
         const auto m = d.match_step_op(view);
@@ -262,11 +266,25 @@ const StepTimeModel::Part& StepTimeModel::chunk_attention_part(std::uint64_t c, 
     part = time_ops(step_ops(shard_, {Phase::prefill, 1, c, 0}, precision_), c,
                     [](const LayerOp& op) { return is_attention(op); });
   } else if (!shard_.uses_mla()) {
-    // A chunk after a cached prefix: c queries over prior + c keys, causal among
-    // themselves, the multi-token decode attention's formula (FlashInfer's append
-    // attention): its first token sees prior + 1 keys.
-    part = time_ops(step_ops(shard_, {Phase::decode, 1, c, prior + 1}, precision_), c,
-                    [](const LayerOp& op) { return is_attention(op); });
+    // A chunk after a cached prefix (FlashInfer's append attention): its c queries
+    // read the cache as the multi-token decode formula reads it (its first token sees
+    // prior + 1 keys; a sliding-window layer at most its window of the prefix), and
+    // compute the query-key pairs a prefill over prefix and chunk has beyond one over
+    // the prefix (within windows and chunks as the prefill counts them).
+    auto ops = step_ops(shard_, {Phase::decode, 1, c, prior + 1}, precision_);
+    const auto whole = step_ops(shard_, {Phase::prefill, 1, prior + c, 0}, precision_);
+    const auto prefix = step_ops(shard_, {Phase::prefill, 1, prior, 0}, precision_);
+    auto flops_of = [](const std::vector<LayerOp>& v, const LayerOp& op) -> std::optional<std::uint64_t> {
+      for (const auto& o : v)
+        if (is_attention(o) && o.name == op.name && o.variant == op.variant) return o.cost.flops;
+      return std::nullopt;
+    };
+    for (auto& op : ops) {
+      if (!is_attention(op)) continue;
+      const auto hi = flops_of(whole, op), lo = flops_of(prefix, op);
+      if (hi && lo && *hi >= *lo) op.cost.flops = *hi - *lo;
+    }
+    part = time_ops(ops, c, [](const LayerOp& op) { return is_attention(op); });
   } else {
     // MLA prefills expanded; a chunk after a prefix is costed as its share of the
     // query-key pairs of a prefill over prefix and chunk (c*prior + c(c+1)/2 of
@@ -310,7 +328,11 @@ double StepTimeModel::step_time(const StepMix& mix) {
     const auto mean = static_cast<std::uint64_t>(std::llround(static_cast<double>(sum / B)));
     t += add(decode_attention_part(B, std::max<std::uint64_t>(mean, 1)));
   }
-  for (const auto& c : mix.prefill) t += add(chunk_attention_part(c.tokens, c.prior));
+  for (const auto& c : mix.prefill) {
+    t += add(chunk_attention_part(c.tokens, c.prior));
+    // MLA's expanded prefill up-projects the cached prefix's latents too (kv_b_proj).
+    if (c.prior && shard_.uses_mla() && !prefill_only_.empty()) t += add(prefill_only_part(c.prior));
+  }
   return t;
 }
 

@@ -47,7 +47,8 @@ def test_readme_command_prints_the_table_and_the_picture(binary, tmp_path):
 
 def test_cpu_results_file_gives_measured_step_times(binary, tmp_path):
     args = ["--model", "llama-3.1-8b", "--results", CPU_RESULTS, "--concurrency", "1,4", "--input-len", "100",
-            "--output-len", "8", "--max-num-batched-tokens", "128", "--kv-capacity-tokens", "4096", "--requests", "8"]
+            "--output-len", "8", "--max-num-batched-tokens", "128", "--max-num-seqs", "16", "--kv-capacity-tokens", "4096",
+            "--requests", "8"]
     text, doc = serve_json(binary, args, tmp_path)
     assert doc["step_times"]["source"] == "measured" and doc["dtype"] == "fp32"
     ops = {o["op"]: o for o in doc["step_times"]["ops"]}
@@ -96,8 +97,16 @@ def test_two_serve_files_compare(binary, tmp_path, capsys):
     (["--slo-tpot", "-1"], "--slo-tpot"),
     (["--results", os.path.join(ROOT, "README.md")], "not valid JSON"),
     (["--gpu", "h200-sxm", "--input-len", "900000", "--kv-capacity-tokens", "1000"], "KV-cache slots"),
+    (["--requests", "0"], "--requests"),
+    (["--requests", "100000000000"], "--requests"),
+    (["--concurrency", "100000000000"], "--concurrency"),
+    (["--max-num-batched-tokens", "64"], "at least --max-num-seqs"),
+    (["--results", "{results_shape}", "--dtype", "bf16"], "not laid out as a phasebench results file"),
 ])
-def test_bad_input_is_one_line_and_status_two(binary, args, says):
+def test_bad_input_is_one_line_and_status_two(binary, args, says, tmp_path):
+    odd = tmp_path / "odd.json"  # JSON, but not a results file's shape
+    odd.write_text('{"context": {"phasebench": 1}, "benchmarks": []}')
+    args = [str(odd) if a == "{results_shape}" else a for a in args]
     p = run_serve(binary, args)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()

@@ -122,6 +122,9 @@ TEST(Serve, KvExhaustionPreemptsAndStillFinishesEveryRequest) {
   // A request that can never fit is refused before anything runs.
   e.kv_capacity_tokens = 64;
   EXPECT_THROW(simulate(e, same(1, 60, 10), 1, affine_step, {}), InputError);
+  e.kv_capacity_tokens = 1 << 20;
+  e.prefill_replicas = 1;  // and no decode replica
+  EXPECT_THROW(simulate(e, same(1, 60, 10), 1, affine_step, {}), InputError);
 }
 
 TEST(Serve, DisaggregatedRequestWaitsForItsKvTransfer) {
@@ -304,4 +307,39 @@ TEST(StepTime, ARealCpuResultsFileCoversTheDecodeLinearLayers) {
     if (u.op == "qkv_proj" || u.op == "lm_head" || u.op == "attention") {
       EXPECT_EQ(u.measured, u.lookups) << u.op;
     }
+}
+
+TEST(StepTime, ResultsFilesBeforeSchema4AreReadByTheirOpKind) {
+  // In the first results files "op" was the model's op name ("gemv", "attention"); "op_kind" the kind.
+  const auto path = std::string(PHASEBENCH_SOURCE_DIR) + "/results/cpu-amd-epyc/20261130T043455Z.json";
+  const auto c = MeasuredCurves::from_results(read_json_file(path, "results"), path);
+  EXPECT_GE(c.points(), 80u);  // the decode GEMVs and the decode attention among them
+  EXPECT_TRUE(c.at({"linear/6144x4096/fp32", {1}}));
+  EXPECT_TRUE(c.at({"decode_attention/32/8/128/fp32", {1, 1024}}));
+}
+
+TEST(StepTime, AChunkAfterAPrefixSeesAtMostTheWindowOfIt) {
+  // Every layer of a mistral-style config slides a 128-token window: a chunk's
+  // attention is the same after a prefix of 1000 tokens or 5000 (each query sees
+  // 128 keys, the cache is read up to the window), at any efficiency.
+  const auto dir = std::filesystem::temp_directory_path() / "phasebench-serve-window";
+  std::filesystem::create_directories(dir);
+  const auto cfg = (dir / "config.json").string();
+  std::ofstream(cfg) << R"({"model_type": "mistral", "hidden_size": 256, "intermediate_size": 512,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+    "sliding_window": 128, "max_position_embeddings": 32768})";
+  const auto g = GpuTable::load().get("h200-sxm");
+  StepTimeModel stm(load_model(cfg), EstimateInputs{}, g.ceilings(), CeilingSource::datasheet, 0, g.key, 1.0);
+  auto chunk = [&](std::uint64_t prior) {
+    StepMix m;
+    m.prefill = {{2048, prior}};
+    m.logits = 1;
+    return stm.step_time(m);
+  };
+  EXPECT_NEAR(chunk(1000), chunk(5000), 1e-15);
+  // 2048 queries of 128 keys each after a prefix, as without one (within the 128 x 2048
+  // more KV bytes read); the multi-token decode formula alone would count ~9x the pairs.
+  EXPECT_LT(chunk(5000), 1.05 * chunk(0));
+  EXPECT_GT(chunk(5000), chunk(0));
+  std::filesystem::remove_all(dir);
 }

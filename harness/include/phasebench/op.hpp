@@ -120,6 +120,7 @@ struct StepMatch {
 struct StepOpView {
   const LayerOp& op;
   const ModelConfig& model;
+  const Precision& precision;   // the step's weights, activations and KV cache
   std::uint64_t tokens = 0;     // the tokens (rows) the op runs over
   DType dtype = DType::bf16;    // the activations
   DType kv_dtype = DType::bf16;

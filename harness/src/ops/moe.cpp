@@ -100,6 +100,9 @@ std::optional<StepMatch> moe_point(const nlohmann::json& p) {
 
 std::optional<StepMatch> moe_step_op(const StepOpView& v) {
   if (v.op.name.rfind("experts_", 0) != 0 || v.model.routing.kind != Routing::Kind::uniform) return std::nullopt;
+  // Plain experts in the activations' type only: quantized ones are not what the points ran.
+  const auto w = v.precision.format_of("experts_gate_up");
+  if (w.quantized() || w.compute != v.dtype) return std::nullopt;
   const auto& m = v.model;
   return StepMatch{moe_curve(m.experts, m.experts_per_token, m.hidden, m.expert_intermediate, std::string(to_string(v.dtype))),
                    {static_cast<double>(v.tokens)}};
