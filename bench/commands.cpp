@@ -698,7 +698,8 @@ int cmd_model(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tp", tp,
                  "tensor-parallel GPUs: each op per GPU (heads, MLP and experts split as Megatron-LM/vLLM do), plus "
-                 "the all-reduces timed on the GPU's interconnect from the spec table")
+                 "the all-reduces timed on the GPU's interconnect from the spec table: its latency (NCCL's tuning model, "
+                 "gpus.json) plus the bytes over one direction of the link")
       ->capture_default_str();
   app.add_flag("--allow-long-context", allow_long, "estimate beyond max_position_embeddings (with a warning)");
   double power = 0;

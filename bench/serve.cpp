@@ -51,7 +51,7 @@ struct Device {
   Ceilings ceilings;
   CeilingSource ceiling = CeilingSource::datasheet;
   std::uint64_t memory_bytes = 0;
-  double link_gbps = 0;
+  LinkModel link;
   std::string memory_from;
 };
 
@@ -102,7 +102,7 @@ Device results_device(const nlohmann::json& r, const std::string& path, DType dt
   if (dev.contains("spec") && dev["spec"].is_object() && dev["spec"].contains("key")) {
     const auto spec = GpuTable::load().find(dev["spec"]["key"].get<std::string>());
     if (spec) {
-      d.link_gbps = spec->interconnect_gbps;
+      d.link = LinkModel::of(*spec);
       if (!d.memory_bytes) {
         d.memory_bytes = spec->memory_bytes;
         d.memory_from = spec->key + "'s spec";
@@ -119,7 +119,7 @@ Device spec_device(const GpuSpec& g) {
   d.source = "spec table";
   d.ceilings = g.ceilings();
   d.memory_bytes = g.memory_bytes;
-  d.link_gbps = g.interconnect_gbps;
+  d.link = LinkModel::of(g);
   d.memory_from = g.key + "'s spec";
   return d;
 }
@@ -287,7 +287,7 @@ int cmd_serve(int argc, char** argv) {
       if (!f.gpu.empty()) {
         const auto g = GpuTable::load().get(f.gpu);
         dev.memory_bytes = g.memory_bytes;
-        dev.link_gbps = g.interconnect_gbps;
+        dev.link = LinkModel::of(g);
         dev.memory_from = g.key + "'s spec (--gpu)";
         if (dev.key != g.key)
           notes.push_back("step times measured on " + dev.name + "; memory and interconnect from " + g.name +
@@ -297,7 +297,7 @@ int cmd_serve(int argc, char** argv) {
       dev = spec_device(GpuTable::load().get(f.gpu.empty() ? "h100-sxm" : f.gpu));
     }
 
-    StepTimeModel stm(m, in, dev.ceilings, dev.ceiling, dev.link_gbps, dev.name, f.efficiency);
+    StepTimeModel stm(m, in, dev.ceilings, dev.ceiling, dev.link, dev.name, f.efficiency);
     std::size_t measured_points = 0;
     if (!f.results.empty()) {
       auto curves = from_results([&] { return MeasuredCurves::from_results(results, f.results); });
@@ -334,10 +334,10 @@ int cmd_serve(int argc, char** argv) {
     }
     if (!f.disaggregate.empty()) {
       std::tie(e.prefill_replicas, e.decode_replicas) = parse_xpyd(f.disaggregate);
-      if (!(dev.link_gbps > 0))
+      if (!(dev.link.gbps > 0))
         throw InputError("--disaggregate sends the KV cache over the interconnect: " + dev.name +
                          " has none in the spec table; give --gpu with one");
-      e.kv_transfer_bytes_per_s = dev.link_gbps * 1e9 / 2;  // one direction of the bidirectional figure
+      e.kv_transfer_bytes_per_s = dev.link.gbps * 1e9 / 2;  // one direction of the bidirectional figure
     }
 
     // The workload and the sweep.
@@ -402,7 +402,7 @@ int cmd_serve(int argc, char** argv) {
         {"command_line", command_line},
         {"model", m.name},
         {"device", {{"name", dev.name}, {"key", dev.key}, {"source", dev.source}, {"memory_bytes", dev.memory_bytes},
-                    {"memory_from", dev.memory_from}, {"interconnect_gbps", dev.link_gbps}}},
+                    {"memory_from", dev.memory_from}, {"interconnect_gbps", dev.link.gbps}}},
         {"dtype", to_string(in.dtype)},
         {"kv_dtype", to_string(in.kv_dtype)},
         {"tp", in.tp},

@@ -22,12 +22,12 @@ DType compute_dtype_for(const LayerOp& op, DType dtype) {
 namespace {
 
 PhaseEstimate estimate_phase(const ModelConfig& m, const Ceilings& ceil, const StepShape& step, const EstimateInputs& in,
-                             const Precision& p, const std::string& gpu_name, double link_gbps) {
+                             const Precision& p, const std::string& gpu_name, const LinkModel& link) {
   PhaseEstimate pe;
   pe.phase = step.phase;
   pe.step = step;
   for (const auto& op : step_ops(m, step, p)) {
-    auto oe = estimate_op(op, ceil, in.ceiling, in.dtype, link_gbps, gpu_name);
+    auto oe = estimate_op(op, ceil, in.ceiling, in.dtype, link, gpu_name);
     pe.total += op.cost.scaled(op.count);
     pe.time_s += oe.time_s * static_cast<double>(op.count);
     pe.ops.push_back(std::move(oe));
@@ -37,7 +37,19 @@ PhaseEstimate estimate_phase(const ModelConfig& m, const Ceilings& ceil, const S
 
 }  // namespace
 
-OpEstimate estimate_op(const LayerOp& op, const Ceilings& ceil, CeilingSource source, DType dtype, double link_gbps,
+LinkModel LinkModel::of(const GpuSpec& g) {
+  return {g.interconnect_gbps, g.collective_base_us * 1e-6, g.collective_step_us * 1e-6, g.collective_latency_source};
+}
+
+std::uint64_t LinkModel::steps(const LayerOp& op) {
+  const auto n = op.shape.get("gpus", 1);
+  if (n <= 1) return 0;
+  if (op.kind == "all_reduce") return 2 * (n - 1);
+  if (op.kind == "all_gather" || op.kind == "reduce_scatter") return n - 1;
+  return n;
+}
+
+OpEstimate estimate_op(const LayerOp& op, const Ceilings& ceil, CeilingSource source, DType dtype, const LinkModel& link,
                        const std::string& gpu_name) {
   const auto bw = ceil.bandwidth_for(source);
   if (!bw) throw InputError("GPU '" + gpu_name + "' has no memory bandwidth in the spec table");
@@ -47,11 +59,14 @@ OpEstimate estimate_op(const LayerOp& op, const Ceilings& ceil, CeilingSource so
   oe.bandwidth = bw->value;
   if (op.link_bytes > 0) {
     // A ring collective: each GPU sends link_bytes while it receives as many,
-    // so one direction of the link (half the datasheet's bidirectional figure) sets the time.
-    if (!(link_gbps > 0))
+    // so one direction of the link (half the datasheet's bidirectional figure) sets
+    // the bandwidth term; the link's latency comes first (decode's small all-reduces
+    // are mostly latency).
+    if (!(link.gbps > 0))
       throw InputError("GPU '" + gpu_name + "' has no interconnect bandwidth in the spec table; --tp needs it");
-    oe.bandwidth = link_gbps * 1e9 / 2;
-    oe.time_s = static_cast<double>(op.link_bytes) / oe.bandwidth;
+    oe.bandwidth = link.gbps * 1e9 / 2;
+    oe.latency_s = link.latency_s(op);
+    oe.time_s = oe.latency_s + static_cast<double>(op.link_bytes) / oe.bandwidth;
     oe.bound = Bound::link;
     return oe;
   }
@@ -107,13 +122,13 @@ void check_positions(const ModelConfig& m, const EstimateInputs& in, std::vector
 }
 
 RequestEstimate estimate_request(const ModelConfig& m, const Ceilings& ceil, const EstimateInputs& in, const Precision& p,
-                                 const std::string& gpu_name, double link_gbps, double ttft_s) {
+                                 const std::string& gpu_name, const LinkModel& link, double ttft_s) {
   RequestEstimate r;
   r.prompt = in.prompt;
   r.generate = in.generate;
   r.ttft_s = ttft_s;
   for (std::uint64_t t = 1; t < in.generate; ++t)
-    r.decode_s += estimate_phase(m, ceil, {Phase::decode, in.batch, 1, in.prompt + t}, in, p, gpu_name, link_gbps).time_s;
+    r.decode_s += estimate_phase(m, ceil, {Phase::decode, in.batch, 1, in.prompt + t}, in, p, gpu_name, link).time_s;
   r.total_s = r.ttft_s + r.decode_s;
   r.mean_per_token_s = in.generate > 1 ? r.decode_s / static_cast<double>(in.generate - 1) : 0.0;
   r.tokens_per_s = r.total_s > 0 ? static_cast<double>(in.batch * in.generate) / r.total_s : 0.0;
@@ -149,7 +164,7 @@ Estimate estimate(const ModelConfig& m, const GpuSpec& gpu, const EstimateInputs
   const auto per_seq = kv_cache_bytes(s, in.context, 1, e.precision.c);
   e.max_batch = gpu.memory_bytes > e.weight_bytes ? (gpu.memory_bytes - e.weight_bytes) / per_seq : 0;
   const auto ceil = gpu.ceilings();
-  const double link = gpu.interconnect_gbps;
+  const LinkModel link = LinkModel::of(gpu);
   e.prefill = estimate_phase(s, ceil, {Phase::prefill, in.batch, in.prompt, 0}, in, e.precision, gpu.key, link);
   e.decode = estimate_phase(s, ceil, {Phase::decode, in.batch, in.new_tokens, in.context}, in, e.precision, gpu.key, link);
   e.ttft_s = e.prefill.time_s;
@@ -202,7 +217,12 @@ nlohmann::json tensor_parallel_json(const Estimate& e) {
           {"kv_heads_per_gpu", s.kv_heads},
           {"kv_heads_replicated", !e.model.uses_mla() && e.model.kv_heads < e.in.tp},
           {"interconnect", e.gpu.interconnect},
-          {"interconnect_gbps_bidirectional", e.gpu.interconnect_gbps}};
+          {"interconnect_gbps_bidirectional", e.gpu.interconnect_gbps},
+          {"collective_latency", e.gpu.collective_latency_source.empty()
+                                     ? nlohmann::json()
+                                     : nlohmann::json{{"base_s", e.gpu.collective_base_us * 1e-6},
+                                                      {"per_step_s", e.gpu.collective_step_us * 1e-6},
+                                                      {"source", e.gpu.collective_latency_source}}}};
 }
 
 nlohmann::json phase_json(const PhaseEstimate& p) {
@@ -220,7 +240,10 @@ nlohmann::json phase_json(const PhaseEstimate& p) {
     j["bandwidth_bytes_per_s"] = o.bandwidth;
     j["bound"] = to_string(o.bound);
     j["time_s"] = o.time_s;
-    if (o.op.link_bytes) j["link_bytes"] = o.op.link_bytes;
+    if (o.op.link_bytes) {
+      j["link_bytes"] = o.op.link_bytes;
+      j["latency_s"] = o.latency_s;
+    }
     ops.push_back(std::move(j));
   }
   auto j = cost_json(p.total);
@@ -266,15 +289,17 @@ void phase_text(std::string& out, const PhaseEstimate& p) {
                      t.flops / 1e9, t.bytes.weights / 1e6, t.bytes.kv_cache / 1e6,
                      (t.bytes.activations + t.bytes.block_table) / 1e6, t.bytes.writes / 1e6, t.intensity(), "",
                      human_time(p.time_s));
-  double link_bytes = 0, link_s = 0;
+  double link_bytes = 0, link_s = 0, latency_s = 0;
   for (const auto& o : p.ops)
     if (o.op.link_bytes) {
       link_bytes += static_cast<double>(o.op.link_bytes * o.op.count);
       link_s += o.time_s * static_cast<double>(o.op.count);
+      latency_s += o.latency_s * static_cast<double>(o.op.count);
     }
   if (link_bytes > 0)
-    out += fmt::format("  collectives: {} sent per GPU over the interconnect, {} ({:.1f}% of the step)\n",
-                       human_bytes(link_bytes), human_time(link_s), p.time_s > 0 ? 100 * link_s / p.time_s : 0.0);
+    out += fmt::format("  collectives: {} sent per GPU over the interconnect, {} ({:.1f}% of the step; {} of it latency)\n",
+                       human_bytes(link_bytes), human_time(link_s), p.time_s > 0 ? 100 * link_s / p.time_s : 0.0,
+                       human_time(latency_s));
 }
 
 // Each kind of layer (window, MoE) and how many layers have it.
@@ -459,8 +484,19 @@ std::string to_text(const Estimate& e) {
         e.in.tp, s.heads, s.kv_heads,
         m.uses_mla() ? " (the latent cache replicated)"
                      : (m.kv_heads < e.in.tp ? " (replicated: fewer KV heads than GPUs)" : ""));
-    out += fmt::format("  collectives on {} at {:.0f} GB/s both ways ({:.0f} GB/s each way sets their time; no latency term)\n",
+    out += fmt::format("  collectives on {} at {:.0f} GB/s both ways ({:.0f} GB/s each way sets their bandwidth term)\n",
                        e.gpu.interconnect, e.gpu.interconnect_gbps, e.gpu.interconnect_gbps / 2);
+    const LinkModel link = LinkModel::of(e.gpu);
+    if (link.latency_source.empty()) {
+      out += "  collective latency: none known for this GPU (gpus.json has no collective_latency): the collectives are "
+             "timed by their bytes alone, optimistic for decode's small all-reduces\n";
+    } else {
+      const LayerOp ar{"", "all_reduce", Shape{{"gpus", e.in.tp}}, {}};
+      out += fmt::format("  collective latency: {:.1f} us + {:.1f} us per step, {:.1f} us before an all-reduce over {} GPUs "
+                         "moves a byte ({} steps); from {}\n",
+                         link.base_s * 1e6, link.step_s * 1e6, link.latency_s(ar) * 1e6, e.in.tp, LinkModel::steps(ar),
+                         link.latency_source);
+    }
   }
   const auto ceil = e.gpu.ceilings();
   const auto W = ceil.bandwidth_for(e.in.ceiling);

@@ -83,6 +83,14 @@ GpuTable GpuTable::load(const std::string& path_in) {
         s.interconnect = ic.at("name").get<std::string>();
         s.interconnect_gbps = ic.at("bandwidth_gbps_bidirectional").get<double>();
         if (!(s.interconnect_gbps > 0)) throw InputError(origin + ": " + s.key + ": interconnect bandwidth must be positive");
+        if (ic.contains("collective_latency")) {
+          const auto& cl = ic.at("collective_latency");
+          s.collective_base_us = cl.at("base_us").get<double>();
+          s.collective_step_us = cl.at("per_step_us").get<double>();
+          s.collective_latency_source = cl.at("source").get<std::string>();
+          if (!(s.collective_base_us >= 0 && s.collective_step_us >= 0) || s.collective_latency_source.empty())
+            throw InputError(origin + ": " + s.key + ": collective_latency needs base_us and per_step_us >= 0 and a source");
+        }
       }
       if (g.contains("performance_model")) {
         const auto& m = g.at("performance_model");

@@ -149,13 +149,13 @@ std::uint64_t key2(std::uint64_t a, std::uint64_t b) { return (a << 32) ^ b; }
 }  // namespace
 
 StepTimeModel::StepTimeModel(const ModelConfig& m, const EstimateInputs& in, Ceilings ceil, CeilingSource source,
-                             double link_gbps, std::string device, double efficiency)
+                             LinkModel link, std::string device, double efficiency)
     : shard_(tensor_parallel_shard(m, in.tp)),
       in_(in),
       precision_(step_precision(m, in)),
       ceil_(std::move(ceil)),
       source_(source),
-      link_gbps_(link_gbps),
+      link_(std::move(link)),
       device_(std::move(device)),
       efficiency_(efficiency) {
   if (!(efficiency > 0 && efficiency <= 1))
@@ -209,7 +209,7 @@ StepTimeModel::Part StepTimeModel::time_ops(const std::vector<LayerOp>& ops, std
         break;
       }
     }
-    if (!c.measured) c.time_s = estimate_op(op, ceil_, source_, in_.dtype, link_gbps_, device_).time_s / efficiency_;
+    if (!c.measured) c.time_s = estimate_op(op, ceil_, source_, in_.dtype, link_, device_).time_s / efficiency_;
     c.time_s *= static_cast<double>(op.count);
     part.push_back(c);
   }

@@ -336,3 +336,24 @@ TEST(GpuSpecs, GpusListingShowsFp4AndFp6Within160Columns) {
   EXPECT_NE(r.out.find("10066m"), std::string::npos) << r.out;  // MI355X: MXFP4 only
   EXPECT_NE(r.out.find("* analytical only"), std::string::npos) << r.out;
 }
+
+TEST(GpuSpecs, CollectiveLatencyIsNcclsTuningModelPerLinkKind) {
+  // NCCL src/graph/tuning.cc: ring LL base 6.6 us; per step 0.6 us over NVLink, 1.0 us over PCIe.
+  // AMD's parts (RCCL, Infinity Fabric) have none: their collectives are timed by bytes alone.
+  int nvlink = 0, pcie = 0;
+  const auto table = GpuTable::load();
+  for (const auto& g : table.gpus()) {
+    if (g.analytical_only) {
+      EXPECT_TRUE(g.collective_latency_source.empty()) << g.key;
+      continue;
+    }
+    if (g.interconnect.empty()) continue;
+    const bool nv = g.interconnect.find("NVLink") != std::string::npos && g.interconnect.find("no NVLink") == std::string::npos;
+    EXPECT_DOUBLE_EQ(g.collective_base_us, 6.6) << g.key;
+    EXPECT_DOUBLE_EQ(g.collective_step_us, nv ? 0.6 : 1.0) << g.key;
+    EXPECT_NE(g.collective_latency_source.find("src/graph/tuning.cc"), std::string::npos) << g.key;
+    (nv ? nvlink : pcie)++;
+  }
+  EXPECT_GE(nvlink, 10);
+  EXPECT_GE(pcie, 4);
+}

@@ -34,7 +34,7 @@ std::vector<ServeRequest> same(std::size_t n, std::uint64_t input, std::uint64_t
 StepTimeModel analytical(const std::string& model, const std::string& gpu, double efficiency) {
   const auto g = GpuTable::load().get(gpu);
   EstimateInputs in;
-  return StepTimeModel(load_model(model), in, g.ceilings(), CeilingSource::datasheet, g.interconnect_gbps, g.key, efficiency);
+  return StepTimeModel(load_model(model), in, g.ceilings(), CeilingSource::datasheet, LinkModel::of(g), g.key, efficiency);
 }
 
 }  // namespace
@@ -288,7 +288,7 @@ TEST(StepTime, ARealCpuResultsFileCoversTheDecodeLinearLayers) {
   Ceilings ceil;
   ceil.add_bandwidth({2e10, CeilingSource::measured, ""});
   ceil.add_compute(DType::fp32, {5e10, CeilingSource::measured, ""});
-  StepTimeModel stm(load_model("llama-3.1-8b"), in, ceil, CeilingSource::measured, 0, "cpu", 0.7);
+  StepTimeModel stm(load_model("llama-3.1-8b"), in, ceil, CeilingSource::measured, {}, "cpu", 0.7);
   stm.use_measured(curves);
   StepMix mix;
   mix.decode_contexts = {1024};
@@ -329,7 +329,7 @@ TEST(StepTime, AChunkAfterAPrefixSeesAtMostTheWindowOfIt) {
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
     "sliding_window": 128, "max_position_embeddings": 32768})";
   const auto g = GpuTable::load().get("h200-sxm");
-  StepTimeModel stm(load_model(cfg), EstimateInputs{}, g.ceilings(), CeilingSource::datasheet, 0, g.key, 1.0);
+  StepTimeModel stm(load_model(cfg), EstimateInputs{}, g.ceilings(), CeilingSource::datasheet, {}, g.key, 1.0);
   auto chunk = [&](std::uint64_t prior) {
     StepMix m;
     m.prefill = {{2048, prior}};

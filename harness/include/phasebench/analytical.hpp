@@ -62,11 +62,26 @@ struct RequestEstimate {
   double prefill_share = 0;     // ttft_s / total_s
 };
 
+// The link collectives run over (tensor parallelism): one direction of it sets their
+// bandwidth term, and each takes base + steps x per_step before it moves a byte (the
+// alpha of an alpha-beta model; NCCL's own tuning model gives the figures, gpus.json).
+struct LinkModel {
+  double gbps = 0;  // bidirectional, per GPU
+  double base_s = 0, step_s = 0;
+  std::string latency_source;
+  static LinkModel of(const GpuSpec& g);
+  // Steps of the collective `op` (its kind and shape["gpus"]): all_reduce 2(n-1),
+  // all_gather and reduce_scatter n-1, else n.
+  static std::uint64_t steps(const LayerOp& op);
+  double latency_s(const LayerOp& op) const { return base_s + static_cast<double>(steps(op)) * step_s; }
+};
+
 struct OpEstimate {
   LayerOp op;
   DType compute_dtype = DType::bf16;
   double peak_flops = 0, bandwidth = 0;
   double time_s = 0;  // per occurrence
+  double latency_s = 0;  // a collective: the part of time_s that is the link's latency
   Bound bound = Bound::memory;
 };
 
@@ -101,8 +116,8 @@ struct Estimate {
 DType compute_dtype_for(const LayerOp& op, DType dtype);
 // One op's time on a roofline, max(FLOPs/P, bytes/W) at the ceilings of `source`
 // (`dtype`: the run's activations; a collective: its link bytes over one direction
-// of a link of `link_gbps` bidirectional). InputError naming `gpu_name` when a ceiling is missing.
-OpEstimate estimate_op(const LayerOp& op, const Ceilings& ceil, CeilingSource source, DType dtype, double link_gbps,
+// of `link`, plus its latency). InputError naming `gpu_name` when a ceiling is missing.
+OpEstimate estimate_op(const LayerOp& op, const Ceilings& ceil, CeilingSource source, DType dtype, const LinkModel& link,
                        const std::string& gpu_name);
 // The step's precision: the activations and KV cache as asked, the linear layers'
 // weights as --weight-dtype says, else as the checkpoint stores them.

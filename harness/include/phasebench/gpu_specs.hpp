@@ -33,6 +33,10 @@ struct GpuSpec {
   // directions together, per GPU; 0: not in the table.
   std::string interconnect;
   double interconnect_gbps = 0;
+  // A collective's fixed time over that link, as latency + steps x per-step latency
+  // (a ring all-reduce over n GPUs: 2(n-1) steps), with its source; 0: none known.
+  double collective_base_us = 0, collective_step_us = 0;
+  std::string collective_latency_source;
   // Dense; int8 in TOPS. The table's "fp4" key fills nvfp4 and mxfp4 alike (one
   // FP4 rate on the datasheet); "nvfp4" / "mxfp4" keys set one where they differ or
   // only one exists (AMD has no NVFP4).

@@ -73,7 +73,7 @@ class StepTimeModel {
   // `m` whole (sharded here by in.tp); ceilings of `source` from `ceil` (a GPU's
   // datasheet, or a results file's measured ones); every analytical op time is
   // its roofline time over `efficiency` (0 < efficiency <= 1).
-  StepTimeModel(const ModelConfig& m, const EstimateInputs& in, Ceilings ceil, CeilingSource source, double link_gbps,
+  StepTimeModel(const ModelConfig& m, const EstimateInputs& in, Ceilings ceil, CeilingSource source, LinkModel link,
                 std::string device, double efficiency);
   // Ops whose shape the curves cover take their times from them.
   void use_measured(MeasuredCurves curves) { curves_ = std::move(curves); }
@@ -116,7 +116,7 @@ class StepTimeModel {
   Precision precision_;
   Ceilings ceil_;
   CeilingSource source_;
-  double link_gbps_;
+  LinkModel link_;
   std::string device_;
   double efficiency_;
   std::optional<MeasuredCurves> curves_;
