@@ -917,12 +917,7 @@ def main(argv: list | None = None) -> int:
 def _main(a: argparse.Namespace, prog: str, ap: argparse.ArgumentParser) -> int:
     from . import serve  # imported here: serve.py uses this module's formatting helpers
 
-    is_serve = [serve.is_serve_file(f) for f in a.files]  # None: unreadable, its loader says why
-    if any(is_serve):
-        if False in is_serve:
-            raise cli.ToolError(f"serve files ({', '.join(f for f, s in zip(a.files, is_serve) if s)}) mixed with "
-                                f"others ({', '.join(f for f, s in zip(a.files, is_serve) if s is False)}); both "
-                                f"must be serve files (or both results files)")
+    if serve.all_serve_files(a.files, "both must be serve files (or both results files)"):
         return serve.compare_main(ap, a)
     kinds = [pc.file_kind(f) for f in a.files]
     if pc.KIND in kinds:

@@ -363,12 +363,7 @@ def main(argv: list | None = None) -> int:
 
 def _main(a, prog: str) -> int:
     out = cli.check_output(a.output, "--output", a.files, a.overwrite)  # before the work, not after it
-    is_serve = [serve.is_serve_file(f) for f in a.files]  # None: unreadable, its loader says why
-    if any(is_serve):
-        if False in is_serve:
-            raise cli.ToolError(f"serve files ({', '.join(f for f, s in zip(a.files, is_serve) if s)}) mixed with "
-                                f"others ({', '.join(f for f, s in zip(a.files, is_serve) if s is False)}); report "
-                                f"serve files and results files separately")
+    if serve.all_serve_files(a.files, "report serve files and results files separately"):
         cli.write_file(out, build_serve_report([serve.load(f) for f in a.files], a.title), "report")
         print(a.output)
         return 0

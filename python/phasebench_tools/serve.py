@@ -85,6 +85,18 @@ def is_serve_file(path: str) -> bool | None:
         return None
 
 
+def all_serve_files(files: list, advice: str) -> bool:
+    """True when every file is a serve file, False when none is (an unreadable one counts as neither: its
+    loader says why); serve files mixed with others: a ToolError ending in `advice`."""
+    is_serve = [is_serve_file(f) for f in files]
+    if not any(is_serve):
+        return False
+    if False in is_serve:
+        raise cli.ToolError(f"serve files ({', '.join(f for f, s in zip(files, is_serve) if s)}) mixed with "
+                            f"others ({', '.join(f for f, s in zip(files, is_serve) if s is False)}); {advice}")
+    return True
+
+
 def _shown(v) -> str:
     return json.dumps(v) if not isinstance(v, (dict, list)) else ("an object" if isinstance(v, dict) else "a list")
 
