@@ -30,7 +30,7 @@ const char* const kTpotDefinition =
     "time per output token after the first: (last token time - first token time) / (output tokens - 1), per request "
     "(vLLM's TPOT; requests of one output token have none)";
 const char* const kLeftOut[] = {
-    "CPU-side scheduling, batching and sampling overhead between steps",
+    "CPU-side scheduling, batching and sampling overhead between steps, unless --step-overhead-us gives it",
     "detokenization and the network between client and server",
     "activation and workspace memory (the KV capacity is memory x utilization - weights)",
     "prefix caching and speculative decoding",
@@ -41,7 +41,7 @@ struct ServeFlags {
   std::string model = "llama-3.1-8b", config, gpu, results, dtype, kv_dtype, weight_dtype, concurrency, rate, trace;
   std::string input = "1024", output = "128", disaggregate, out;
   std::int64_t tp = 1, requests = 0, seed = 0, max_tokens = 8192, max_seqs = 256, block = 16, kv_capacity = 0;
-  double utilization = 0.9, efficiency = 0.7, slo_ttft_ms = 1000, slo_tpot_ms = 50, attainment = 0.9;
+  double utilization = 0.9, efficiency = 0.7, slo_ttft_ms = 1000, slo_tpot_ms = 50, attainment = 0.9, overhead_us = 0;
   bool json = false, overwrite = false;
 };
 
@@ -224,6 +224,9 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--efficiency", f.efficiency,
                  "fraction of the roofline the ops no measured point covers are taken to reach (1: the roofline itself)")
       ->capture_default_str();
+  app.add_option("--step-overhead-us", f.overhead_us,
+                 "host time each step adds, microseconds (scheduling, input preparation, sampling; 0 leaves it out)")
+      ->capture_default_str();
   app.add_option("--slo-ttft", f.slo_ttft_ms, "TTFT target, milliseconds")->capture_default_str();
   app.add_option("--slo-tpot", f.slo_tpot_ms, "TPOT target, milliseconds")->capture_default_str();
   app.add_option("--slo-attainment", f.attainment, "share of requests that must meet both for a point to meet the SLOs")
@@ -312,6 +315,7 @@ int cmd_serve(int argc, char** argv) {
     e.max_num_batched_tokens = positive(f.max_tokens, "--max-num-batched-tokens");
     e.max_num_seqs = positive(f.max_seqs, "--max-num-seqs");
     e.block_size = positive(f.block, "--block-size");
+    e.step_overhead_s = f.overhead_us * 1e-6;
     if (e.max_num_batched_tokens < e.max_num_seqs)  // as vLLM refuses it: the last sequences would starve
       throw InputError("--max-num-batched-tokens (" + std::to_string(e.max_num_batched_tokens) +
                        ") must be at least --max-num-seqs (" + std::to_string(e.max_num_seqs) +
@@ -417,6 +421,7 @@ int cmd_serve(int argc, char** argv) {
                     {"decode_replicas", e.decode_replicas},
                     {"max_num_batched_tokens", e.max_num_batched_tokens},
                     {"max_num_seqs", e.max_num_seqs},
+                    {"step_overhead_s", e.step_overhead_s},
                     {"block_size", e.block_size},
                     {"gpu_memory_utilization", f.utilization},
                     {"weights_bytes_per_gpu", weights},
@@ -455,12 +460,13 @@ int cmd_serve(int argc, char** argv) {
                                f.results, measured_points, f.efficiency * 100);
     std::cout << fmt::format(
         "engine: {}, {} batched tokens, {} sequences per step, KV cache {} tokens per replica ({:.2f} GB weights per GPU, "
-        "memory from {})\n",
+        "memory from {}){}\n",
         e.disaggregated() ? fmt::format("disaggregated {}P{}D, KV over {:.0f} GB/s", e.prefill_replicas, e.decode_replicas,
                                         e.kv_transfer_bytes_per_s / 1e9)
                           : "one replica, chunked prefill",
         e.max_num_batched_tokens, e.max_num_seqs, e.kv_capacity_tokens, weights / 1e9,
-        f.kv_capacity > 0 ? "--kv-capacity-tokens" : dev.memory_from);
+        f.kv_capacity > 0 ? "--kv-capacity-tokens" : dev.memory_from,
+        e.step_overhead_s > 0 ? fmt::format(", {:g} us of host time a step", f.overhead_us) : "");
     const std::string lengths = w.kind == Workload::Kind::trace
                                     ? fmt::format("{} requests of {}", w.trace.size(), f.trace)
                                     : fmt::format("input {}, output {} tokens, seed {}", w.input.text, w.output.text, w.seed);

@@ -390,7 +390,7 @@ class Simulation {
         mix.prefill.push_back({n, q.computed});
       if (samples) ++mix.logits;
     }
-    const double dt = step_time_(mix);
+    const double dt = step_time_(mix) + e_.step_overhead_s;
     if (!(dt > 0) || !std::isfinite(dt)) throw std::logic_error("serve: a step time that is not a positive number");
     rep.busy = true;
     ++steps_;
@@ -515,6 +515,8 @@ ServePoint simulate(const EngineConfig& e, std::vector<ServeRequest> requests, s
   if (concurrency && *concurrency == 0) throw InputError("--concurrency must be at least 1");
   if (e.disaggregated() != (e.decode_replicas > 0))
     throw InputError("a disaggregated engine needs prefill and decode replicas, at least one of each");
+  if (!(e.step_overhead_s >= 0) || !std::isfinite(e.step_overhead_s))
+    throw InputError("--step-overhead-us must be 0 or more microseconds");
   if (e.max_num_seqs == 0 || e.max_num_batched_tokens == 0)
     throw InputError("--max-num-seqs and --max-num-batched-tokens must be at least 1");
   return Simulation(e, std::move(requests), concurrency, step_time, slo).run();

@@ -62,6 +62,16 @@ TEST(Serve, OneRequestMatchesTheAnalyticalModelsRequest) {
   EXPECT_NEAR(*p.tpot.p50, e.request->mean_per_token_s, 1e-12);
 }
 
+TEST(Serve, AStepOverheadAddsToEveryStep) {
+  auto e = roomy();
+  e.step_overhead_s = 0.002;
+  const auto p = simulate(e, same(1, 100, 5), 1, affine_step, {});
+  EXPECT_NEAR(*p.ttft.p50, 0.110 + 0.002, 1e-12);
+  EXPECT_NEAR(*p.tpot.p50, 0.011 + 0.002, 1e-12);
+  e.step_overhead_s = -1;
+  EXPECT_THROW(simulate(e, same(1, 100, 5), 1, affine_step, {}), InputError);
+}
+
 TEST(Serve, ChunkedPrefillSplitsAPromptOverTheTokenBudget) {
   auto e = roomy();
   e.max_num_batched_tokens = 64;

@@ -67,6 +67,9 @@ std::vector<ServeRequest> read_trace(const std::string& path);
 struct EngineConfig {
   std::uint64_t max_num_batched_tokens = 8192;
   std::uint64_t max_num_seqs = 256;
+  // Host time each step adds to its GPU time (scheduling, input preparation,
+  // sampling): 0 leaves it out; a figure measured on an engine puts it in.
+  double step_overhead_s = 0;
   std::uint64_t block_size = 16;
   std::uint64_t kv_capacity_tokens = 0;  // per replica
   std::uint64_t gpus_per_replica = 1;    // tensor-parallel degree
