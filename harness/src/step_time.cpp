@@ -216,51 +216,56 @@ StepTimeModel::Part StepTimeModel::time_ops(const std::vector<LayerOp>& ops, std
   return part;
 }
 
+template <class Make>
+const StepTimeModel::Part& StepTimeModel::memo(std::unordered_map<std::uint64_t, Part>& cache, std::uint64_t key,
+                                               Make make) {
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make()).first;
+  return it->second;
+}
+
 const StepTimeModel::Part& StepTimeModel::tokens_part(std::uint64_t M) {
-  auto it = tokens_.find(M);
-  if (it != tokens_.end()) return it->second;
-  auto ops = step_ops(shard_, {Phase::prefill, 1, M, 0}, precision_);
-  return tokens_[M] = time_ops(ops, M, [&](const LayerOp& op) {
-           return !is_attention(op) && !is_logits(op) && !named(prefill_only_, op.name);
-         });
+  return memo(tokens_, M, [&] {
+    return time_ops(step_ops(shard_, {Phase::prefill, 1, M, 0}, precision_), M, [&](const LayerOp& op) {
+      return !is_attention(op) && !is_logits(op) && !named(prefill_only_, op.name);
+    });
+  });
 }
 
 const StepTimeModel::Part& StepTimeModel::prefill_only_part(std::uint64_t M) {
-  auto it = prefill_only_parts_.find(M);
-  if (it != prefill_only_parts_.end()) return it->second;
-  auto ops = step_ops(shard_, {Phase::prefill, 1, M, 0}, precision_);
-  return prefill_only_parts_[M] =
-             time_ops(ops, M, [&](const LayerOp& op) { return !is_attention(op) && named(prefill_only_, op.name); });
+  return memo(prefill_only_parts_, M, [&] {
+    return time_ops(step_ops(shard_, {Phase::prefill, 1, M, 0}, precision_), M,
+                    [&](const LayerOp& op) { return !is_attention(op) && named(prefill_only_, op.name); });
+  });
 }
 
 const StepTimeModel::Part& StepTimeModel::decode_only_part(std::uint64_t B) {
-  auto it = decode_only_parts_.find(B);
-  if (it != decode_only_parts_.end()) return it->second;
-  auto ops = step_ops(shard_, {Phase::decode, B, 1, 1}, precision_);
-  return decode_only_parts_[B] =
-             time_ops(ops, B, [&](const LayerOp& op) { return !is_attention(op) && named(decode_only_, op.name); });
+  return memo(decode_only_parts_, B, [&] {
+    return time_ops(step_ops(shard_, {Phase::decode, B, 1, 1}, precision_), B,
+                    [&](const LayerOp& op) { return !is_attention(op) && named(decode_only_, op.name); });
+  });
 }
 
 const StepTimeModel::Part& StepTimeModel::logits_part(std::uint64_t rows) {
-  auto it = logits_.find(rows);
-  if (it != logits_.end()) return it->second;
   // A decode step computes logits for every one of its tokens: `rows` of them.
-  auto ops = step_ops(shard_, {Phase::decode, rows, 1, 1}, precision_);
-  return logits_[rows] = time_ops(ops, rows, [](const LayerOp& op) { return is_logits(op); });
+  return memo(logits_, rows, [&] {
+    return time_ops(step_ops(shard_, {Phase::decode, rows, 1, 1}, precision_), rows,
+                    [](const LayerOp& op) { return is_logits(op); });
+  });
 }
 
 const StepTimeModel::Part& StepTimeModel::decode_attention_part(std::uint64_t B, std::uint64_t L) {
-  const auto k = key2(B, L);
-  auto it = decode_attention_.find(k);
-  if (it != decode_attention_.end()) return it->second;
-  auto ops = step_ops(shard_, {Phase::decode, B, 1, L}, precision_);
-  return decode_attention_[k] = time_ops(ops, B, [](const LayerOp& op) { return is_attention(op); });
+  return memo(decode_attention_, key2(B, L), [&] {
+    return time_ops(step_ops(shard_, {Phase::decode, B, 1, L}, precision_), B,
+                    [](const LayerOp& op) { return is_attention(op); });
+  });
 }
 
 const StepTimeModel::Part& StepTimeModel::chunk_attention_part(std::uint64_t c, std::uint64_t prior) {
-  const auto k = key2(c, prior);
-  auto it = chunk_attention_.find(k);
-  if (it != chunk_attention_.end()) return it->second;
+  return memo(chunk_attention_, key2(c, prior), [&] { return chunk_attention(c, prior); });
+}
+
+StepTimeModel::Part StepTimeModel::chunk_attention(std::uint64_t c, std::uint64_t prior) {
   Part part;
   if (prior == 0) {
     part = time_ops(step_ops(shard_, {Phase::prefill, 1, c, 0}, precision_), c,
@@ -295,7 +300,7 @@ const StepTimeModel::Part& StepTimeModel::chunk_attention_part(std::uint64_t c, 
     part = time_ops(step_ops(shard_, {Phase::prefill, 1, prior + c, 0}, precision_), c,
                     [](const LayerOp& op) { return is_attention(op); }, share);
   }
-  return chunk_attention_[k] = std::move(part);
+  return part;
 }
 
 double StepTimeModel::add(const Part& p) {

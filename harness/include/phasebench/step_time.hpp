@@ -102,12 +102,16 @@ class StepTimeModel {
   // The ops of `ops` that `keep` accepts, each timed.
   template <class Keep>
   Part time_ops(const std::vector<LayerOp>& ops, std::uint64_t tokens, Keep keep, double scale = 1.0);
+  // The part cached under `key` in `cache`, made by `make` the first time it is asked for.
+  template <class Make>
+  static const Part& memo(std::unordered_map<std::uint64_t, Part>& cache, std::uint64_t key, Make make);
   const Part& tokens_part(std::uint64_t M);
   const Part& prefill_only_part(std::uint64_t M);
   const Part& decode_only_part(std::uint64_t B);
   const Part& logits_part(std::uint64_t rows);
   const Part& decode_attention_part(std::uint64_t B, std::uint64_t L);
   const Part& chunk_attention_part(std::uint64_t tokens, std::uint64_t prior);
+  Part chunk_attention(std::uint64_t tokens, std::uint64_t prior);  // what chunk_attention_part caches
   std::size_t op_index(const LayerOp& op);
   double add(const Part& p);
 
