@@ -9,4 +9,8 @@ namespace pb_emu {
 void reset_after_failure_for_tests();
 // Launches, copies and memsets enqueued on any stream and not yet run.
 std::size_t queued_work_for_tests();
+// Sets how many devices the emulation has (as PB_EMU_DEVICES would, 1 to 8), so one
+// test process can check one device and several; device 0 becomes current if the
+// current one is gone.
+void set_device_count_for_tests(int n);
 }  // namespace pb_emu

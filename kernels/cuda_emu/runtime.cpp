@@ -5,7 +5,9 @@
 // allocations it touches. Streams keep their work until something waits for it,
 // which exposes missing synchronisation between streams; events order work but
 // never report a time; CUDA graphs record and replay stream work. The device is
-// a named target (PB_EMU_TARGET: h200, h100, a100, b200, rtxpro6000); NVML is absent.
+// a named target (PB_EMU_TARGET: h200, h100, a100, b200, rtxpro6000), PB_EMU_DEVICES
+// of them (1 to 8, one by default; each its own memory budget, streams, events and
+// CUDA's rules on which device's stream a launch or an event may use); NVML is absent.
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 
 // The runtime's own opaque handle types.
 struct CUstream_st {
+  int device = 0;        // the device current when it was created
   bool blocking = true;  // synchronises with the legacy stream (not cudaStreamNonBlocking)
   struct Queued {
     pb_emu::Op op;
@@ -43,6 +46,7 @@ struct CUstream_st {
   std::string capture_problem;
 };
 struct CUevent_st {
+  int device = 0;  // the device current when it was created
   CUstream_st* stream = nullptr;
   std::uint64_t seq = 0;
   bool recorded = false;
@@ -95,12 +99,17 @@ std::string g_sticky_message;
 struct Allocation {
   std::size_t bytes;
   bool device;  // false: cudaMallocHost / cudaHostAlloc (pinned host memory)
+  int on = 0;   // the device it was allocated on (device memory)
 };
 std::map<std::uintptr_t, Allocation>& allocations() {
   static std::map<std::uintptr_t, Allocation> m;
   return m;
 }
-std::size_t g_device_bytes = 0;
+// Device memory in use, per device (each has its own budget, PB_EMU_MEMORY_GIB).
+std::size_t g_device_bytes[kMaxDevices] = {};
+// The current device: CUDA keeps one per host thread.
+thread_local int g_current = 0;
+int g_device_count = 0;  // 0: not read from PB_EMU_DEVICES yet
 
 // The allocation containing p, or nullptr.
 const std::pair<const std::uintptr_t, Allocation>* find_allocation(const void* p) {
@@ -182,6 +191,12 @@ cudaError_t refuse_during_capture(CUstream_st* s, const char* call) {
   s->capture_invalid = true;
   s->capture_problem = std::string(call) + " is not permitted while the stream is being captured";
   return api_error(cudaErrorStreamCaptureUnsupported, "pb_emu: " + s->capture_problem);
+}
+
+cudaError_t check_device(int device) {
+  if (device >= 0 && device < device_count()) return cudaSuccess;
+  return api_error(cudaErrorInvalidDevice, "pb_emu: device " + std::to_string(device) + " does not exist: the emulation has " +
+                                               std::to_string(device_count()) + " (PB_EMU_DEVICES)");
 }
 
 cudaError_t invalid_stream(cudaStream_t s, const char* call) {
@@ -325,6 +340,30 @@ std::size_t memory_budget() {
   return b;
 }
 
+int device_count() {
+  if (g_device_count == 0) {
+    g_device_count = 1;
+    if (const char* e = std::getenv("PB_EMU_DEVICES"); e && *e) {
+      char* end = nullptr;
+      const long n = std::strtol(e, &end, 10);
+      if (!end || *end || n < 1 || n > kMaxDevices) {
+        std::fprintf(stderr, "pb_emu: PB_EMU_DEVICES='%s' is not a number of devices from 1 to %d\n", e, kMaxDevices);
+        std::exit(2);
+      }
+      g_device_count = static_cast<int>(n);
+    }
+  }
+  return g_device_count;
+}
+
+int current_device() { return g_current; }
+
+void set_device_count_for_tests(int n) {
+  if (n < 1 || n > kMaxDevices) std::abort();
+  g_device_count = n;
+  if (g_current >= n) g_current = 0;
+}
+
 cudaError_t api_error(cudaError_t e, const std::string& message) {
   g_last = e;
   g_last_message_code = e;
@@ -400,6 +439,31 @@ cudaError_t flush_stream(cudaStream_t stream) {
 
 void register_kernel(const void* fn, Invoker inv) { invokers()[fn] = inv; }
 
+int device_of(const void* p) {
+  const auto* a = find_allocation(p);
+  return a && a->second.device ? a->second.on : -1;
+}
+
+int stream_device(cudaStream_t stream) {
+  CUstream_st* s = resolve(stream);
+  if (!s) return -1;
+  return s == &legacy_stream() ? g_current : s->device;
+}
+
+bool stream_capturing(cudaStream_t stream) {
+  CUstream_st* s = resolve(stream);
+  return s && s->capturing;
+}
+
+std::uint64_t last_enqueued(cudaStream_t stream) {
+  CUstream_st* s = resolve(stream);
+  return s ? s->enqueued : 0;
+}
+
+void flush_stream_to(cudaStream_t stream, std::uint64_t seq) {
+  if (CUstream_st* s = resolve(stream)) flush(s, seq);
+}
+
 void enqueue_grid(const GridLaunch& l, void* closure, GridBody run, void (*destroy)(void*)) {
   std::shared_ptr<void> owned(closure, destroy);
   const std::string name = l.name && *l.name ? l.name : "a kernel";
@@ -427,6 +491,11 @@ void enqueue_grid(const GridLaunch& l, void* closure, GridBody run, void (*destr
     invalid_stream(l.stream, ("launch of " + name).c_str());
     return;
   }
+  // CUDA: a kernel launch fails on a stream of another device than the current one.
+  if (s != &legacy_stream() && s->device != g_current)
+    return bad(cudaErrorInvalidResourceHandle, "its stream belongs to device " + std::to_string(s->device) +
+                                                   " but device " + std::to_string(g_current) +
+                                                   " is current (cudaSetDevice to the stream's device first)");
   const GridLaunchView view{g, b, l.smem, l.name};
   Op op;
   op.what = "launch of " + name;
@@ -493,14 +562,22 @@ const char* cudaGetErrorString(cudaError_t e) {
 // ---- device ---------------------------------------------------------------------------------
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = device_count();
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : api_error(cudaErrorInvalidDevice, "pb_emu: the emulation has one device, 0");
+  if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
+  g_current = device;
+  return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = g_current;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer) {
+  if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
+  if (cudaError_t e = check_device(peer); e != cudaSuccess) return e;
+  *can = device != peer;  // every emulated device reaches every other (one NVLink domain)
   return cudaSuccess;
 }
 cudaError_t cudaDeviceReset(void) {
@@ -509,7 +586,7 @@ cudaError_t cudaDeviceReset(void) {
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
-  if (device != 0) return api_error(cudaErrorInvalidDevice, "pb_emu: the emulation has one device, 0");
+  if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
   const Target& t = target();
   std::memset(p, 0, sizeof *p);
   std::snprintf(p->name, sizeof p->name, "%s", t.name);
@@ -534,7 +611,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->canMapHostMemory = 1;
   p->concurrentKernels = 1;
   p->ECCEnabled = 1;
-  p->pciBusID = 0xee;
+  p->pciBusID = 0xee + device;
   p->asyncEngineCount = 2;
   p->unifiedAddressing = 1;
   p->memoryBusWidth = t.bus_width_bits;
@@ -548,7 +625,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int device) {
-  if (device != 0) return api_error(cudaErrorInvalidDevice, "pb_emu: the emulation has one device, 0");
+  if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
   const Target& t = target();
   switch (a) {
     case cudaDevAttrComputeCapabilityMajor: *v = t.cc_major; break;
@@ -579,8 +656,8 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int device) {
 }
 
 cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int device) {
-  if (device != 0) return api_error(cudaErrorInvalidDevice, "pb_emu: the emulation has one device, 0");
-  std::snprintf(bus, static_cast<std::size_t>(len), "%s", "00000000:EE:00.0");
+  if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
+  std::snprintf(bus, static_cast<std::size_t>(len), "00000000:%02X:00.0", 0xee + device);
   return cudaSuccess;
 }
 cudaError_t cudaDriverGetVersion(int* v) {
@@ -608,18 +685,20 @@ cudaError_t cudaMalloc(void** ptr, size_t n) {
   if (any_global_capture())
     return api_error(cudaErrorStreamCaptureUnsupported, "pb_emu: cudaMalloc while a stream is being captured");
   if (n == 0) return cudaSuccess;
-  if (n > memory_budget() - std::min(g_device_bytes, memory_budget()))
+  std::size_t& used = g_device_bytes[g_current];
+  if (n > memory_budget() - std::min(used, memory_budget()))
     return api_error(cudaErrorMemoryAllocation, "pb_emu: cudaMalloc of " + std::to_string(n) + " bytes: the emulation's " +
                                                     std::to_string(memory_budget()) + "-byte budget has " +
-                                                    std::to_string(memory_budget() - g_device_bytes) +
-                                                    " left (PB_EMU_MEMORY_GIB)");
+                                                    std::to_string(memory_budget() - std::min(used, memory_budget())) +
+                                                    " left on device " + std::to_string(g_current) +
+                                                    " (PB_EMU_MEMORY_GIB)");
   void* p = nullptr;
   if (posix_memalign(&p, 256, n) != 0)
     return api_error(cudaErrorMemoryAllocation, "pb_emu: the host has no memory for a " + std::to_string(n) + "-byte allocation");
   std::memset(p, 0xff, n);  // never-written device memory reads as NaN in every float type
-  allocations()[reinterpret_cast<std::uintptr_t>(p)] = Allocation{n, true};
+  allocations()[reinterpret_cast<std::uintptr_t>(p)] = Allocation{n, true, g_current};
   counters::event::allocation_added(p, n);
-  g_device_bytes += n;
+  used += n;
   *ptr = p;
   return cudaSuccess;
 }
@@ -632,7 +711,7 @@ cudaError_t cudaFree(void* p) {
   if (it == m.end() || !it->second.device)
     return api_error(cudaErrorInvalidValue, "pb_emu: cudaFree(" + ptr_str(p) +
                                                 "): not the start of a device allocation (freed twice, or never allocated)");
-  g_device_bytes -= it->second.bytes;
+  g_device_bytes[it->second.on] -= it->second.bytes;
   m.erase(it);
   counters::event::allocation_removed(p);
   std::free(p);
@@ -663,7 +742,7 @@ cudaError_t cudaFreeHost(void* p) {
 }
 
 cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
-  *free_b = memory_budget() - std::min(g_device_bytes, memory_budget());
+  *free_b = memory_budget() - std::min(g_device_bytes[g_current], memory_budget());
   *total_b = target().memory_bytes;
   return cudaSuccess;
 }
@@ -689,6 +768,7 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) { return m
 
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* out, unsigned int flags, int) {
   auto* s = new CUstream_st;
+  s->device = g_current;
   s->blocking = (flags & cudaStreamNonBlocking) == 0;
   streams().insert(s);
   stream_order().push_back(s);
@@ -723,6 +803,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
   *e = new CUevent_st;
+  (*e)->device = g_current;
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
@@ -734,6 +815,12 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
   CUstream_st* s = resolve(stream);
   if (!s) return invalid_stream(stream, "cudaEventRecord");
+  // CUDA: recording fails when the event and the stream belong to different devices
+  // (waiting on an event of another device is fine).
+  if (s != &legacy_stream() && s->device != e->device)
+    return api_error(cudaErrorInvalidResourceHandle, "pb_emu: cudaEventRecord: the event belongs to device " +
+                                                         std::to_string(e->device) + ", the stream to device " +
+                                                         std::to_string(s->device));
   if (s->capturing) return refuse_during_capture(s, "cudaEventRecord (event nodes are not emulated)");
   if (cudaError_t err = enqueue(s, Op{"cudaEventRecord", [] { return cudaSuccess; }}); err != cudaSuccess) return err;
   e->stream = s;

@@ -28,7 +28,12 @@ struct Target {
 const Target& target();
 // Static shared memory per block without opting in.
 constexpr std::size_t kStaticSmemLimit = 48 * 1024;
-// Device memory the emulation hands out: PB_EMU_MEMORY_GIB (default 8).
+// The emulated devices: PB_EMU_DEVICES of them (1 unless set; at most kMaxDevices),
+// all of the one target; an invalid count is a one-line error at first use.
+constexpr int kMaxDevices = 8;
+int device_count();
+int current_device();  // cudaSetDevice's, of the calling thread
+// Device memory the emulation hands out, per device: PB_EMU_MEMORY_GIB (default 8).
 std::size_t memory_budget();
 
 // ---- errors -------------------------------------------------------------------------
@@ -64,6 +69,16 @@ struct Op {
 cudaError_t enqueue(cudaStream_t s, Op op);
 // Runs what `s` holds, with what it depends on; returns the sticky error.
 cudaError_t flush_stream(cudaStream_t s);
+// For the NCCL stand-in (nccl.cpp), whose collectives span several streams:
+// the device of `s` (the current one for the legacy stream; -1: not a stream),
+// whether it is being captured, the number of the last op enqueued on it, and
+// running its work up to and including op number `seq`.
+int stream_device(cudaStream_t s);
+bool stream_capturing(cudaStream_t s);
+std::uint64_t last_enqueued(cudaStream_t s);
+void flush_stream_to(cudaStream_t s, std::uint64_t seq);
+// The device whose allocation holds `p`, or -1 when `p` is not device memory.
+int device_of(const void* p);
 
 // ---- kernels --------------------------------------------------------------------------
 
