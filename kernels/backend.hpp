@@ -55,6 +55,10 @@ class PreparedOp {
   // written by the fixture as it is): a library's versions and the engine or
   // plan it chose for this point. Read once after prepare; empty: nothing.
   virtual std::map<std::string, std::string> notes() const { return {}; }
+  // Why every sample of this op must be one launch (no graph of hot launches, no
+  // rotating copies), or nothing: the op's own reason, recorded as the sample's
+  // why_single (the collectives: a copy of the op would need communicators of its own).
+  virtual std::optional<std::string> single_launch_only() const { return std::nullopt; }
 };
 
 struct TimingOptions {

@@ -180,6 +180,8 @@ class TimedOp final : public PreparedOp {
   void run() override { inner_->run(); }
   void verify() override { inner_->verify(); }
   std::vector<float> output_values() override { return inner_->output_values(); }
+  std::map<std::string, std::string> notes() const override { return inner_->notes(); }
+  std::optional<std::string> single_launch_only() const override { return inner_->single_launch_only(); }
 
   bool calibrated = false;
   double single_seconds = 0;  // fastest hot single launch seen in calibration
@@ -356,9 +358,10 @@ class CudaBackend final : public Backend {
     if (auto why = cannot_time()) throw std::logic_error("time: " + *why);
     auto& op = as_timed(op_in);
     if (!op.calibrated) calibrate(op);
-    if (!opts.cold_cache && op.short_launch && !op.graph_tried) capture_graph(op);
+    const auto alone = op.single_launch_only();
+    if (!opts.cold_cache && op.short_launch && !op.graph_tried && !alone) capture_graph(op);
     const bool use_graph = !opts.cold_cache && op.short_launch && op.graph_;
-    const bool want_rotation = opts.cold_cache && opts.cold_timing == ColdTiming::rotate;
+    const bool want_rotation = opts.cold_cache && opts.cold_timing == ColdTiming::rotate && !alone;
     if (want_rotation && !op.rotation_tried) build_rotation(op);
     const bool rotate = want_rotation && op.rotation;
     if (opts.cold_cache)
@@ -384,7 +387,9 @@ class CudaBackend final : public Backend {
     s.seconds = static_cast<double>(ms) * 1e-3 / static_cast<double>(s.runs);
     s.method = rotate ? "rotating_graph" : use_graph ? "graph" : "single";
     if (rotate) s.rotating_bytes = op.rotating_bytes;
-    if (opts.cold_cache && !rotate)
+    if (alone && (opts.cold_cache || op.short_launch))
+      s.why_single = *alone;
+    else if (opts.cold_cache && !rotate)
       s.why_single = want_rotation ? op.rotation_why : "--cold-timing single";
     else if (!opts.cold_cache && op.short_launch && !use_graph)
       s.why_single = op.graph_problem;
