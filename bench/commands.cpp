@@ -194,11 +194,11 @@ void add_sweep_flags(CLI::App& app, RunFlags& f) {
     app.add_option(a.flag, f.aliases[a.flag], a.help)->envname(a.env)->group("Old sweep flags (aliases of --axis)");
   app.add_option("--shape", f.shapes, "free-form linear shape M,N,K (repeatable)");
   std::string groups = "groups to run, comma-separated (default: all):";
-  for (const auto& g : OpRegistry::get().groups()) groups += "\n  " + g.name + ": " + g.help;
+  for (const auto& g : OpRegistry::get().groups()) groups += "\n  " + g.name + ": " + g.help + (g.on_request ? " (only when --ops names it)" : "");
   app.add_option("--ops", f.ops, groups)->envname("PHASEBENCH_OPS");
   app.add_flag("--no-blas", f.no_blas, "omit the vendor-library comparison rows next to our own kernels");
   app.add_option("--impl", f.impls,
-                 "implementations to run, comma-separated: own, blas, flashinfer, cudnn (default: every one the "
+                 "implementations to run, comma-separated: own, blas, flashinfer, cudnn, nccl (default: every one the "
                  "backend has; the attention libraries' rows need the CUDA backend)")
       ->envname("PHASEBENCH_IMPL");
 }
@@ -329,7 +329,7 @@ SweepConfig sweep_config(const RunFlags& f, bool models_given, std::string& alia
   if (!f.impls.empty())
     for (const auto& name : list_items(f.impls, "--impl")) {
       const auto impl = impl_named(name);
-      if (!impl) throw InputError("--impl: unknown implementation '" + name + "'; use own, blas, flashinfer or cudnn");
+      if (!impl) throw InputError("--impl: unknown implementation '" + name + "'; use own, blas, flashinfer, cudnn or nccl");
       cfg.impls.insert(*impl);
     }
   // Unknown model: fail before choosing a device. Two entries that are the same
@@ -545,7 +545,8 @@ int cmd_run(int argc, char** argv) {
     // NVML's energy counter moves every few tens of ms, RAPL's every millisecond.
     ropts.energy_window_s = energy_window.value_or(backend->device().backend == "cuda" ? 0.5 : 0.1);
     const auto points = build_sweep(cfg, *backend, &ropts.warnings);
-    if (points.empty()) throw InputError("the sweep is empty: no selected operation is implemented by this backend for these dtypes");
+    if (points.empty()) throw InputError("the sweep is empty: no selected operation is implemented by this backend for these dtypes (the "
+                                         "libraries' rows, NCCL's included, run on the CUDA backend only)");
     const auto filter = benchmark_flag(argc, argv, "benchmark_filter");
     const auto selected = select_points(points, filter);
     if (selected.empty())

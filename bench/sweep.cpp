@@ -228,7 +228,7 @@ std::string list_axes() {
       "16:64:+16, or words for text axes). Defaults are GPU | CPU; old: the flag that set the axis before --axis, "
       "an alias for one release.\n";
   for (const auto& g : OpRegistry::get().groups()) {
-    out += fmt::format("\n{}: {}\n", g.name, g.help);
+    out += fmt::format("\n{}: {}{}\n", g.name, g.help, g.on_request ? " (only when --ops names it)" : "");
     if (g.per_model) {
       auto models = [&](const std::vector<std::string>& v) { return v.empty() ? "--model (" + default_models + ")" : join(v); };
       std::string line = (g.takes_what.empty() ? "every model" : "the " + g.takes_what) + " of --model";
@@ -283,7 +283,7 @@ std::vector<Impl> impls_for(const Backend& backend, const std::set<Impl>& wanted
   };
   if (has(Impl::own)) v.push_back(Impl::own);
   if ((v.empty() || beside_own) && has(Impl::blas)) v.push_back(Impl::blas);
-  for (Impl lib : {Impl::flashinfer, Impl::cudnn})
+  for (Impl lib : {Impl::flashinfer, Impl::cudnn, Impl::nccl})
     if (has(lib)) v.push_back(lib);
   return v;
 }
@@ -365,7 +365,7 @@ std::vector<Point> build_sweep(const SweepConfig& c, const Backend& backend, std
   const auto& reg = OpRegistry::get();
   for (const auto& g : c.groups)
     if (!reg.find_group(g)) throw InputError("--ops: unknown group '" + g + "'; use " + group_names());  // sweep_config maps former names
-  auto wanted = [&](const SweepGroup& g) { return c.groups.empty() || c.groups.count(g.name); };
+  auto wanted = [&](const SweepGroup& g) { return c.groups.empty() ? !g.on_request : c.groups.count(g.name) > 0; };
   const bool gpu = backend.device().backend != "cpu";
   static const AxisValues kNoValues;
   auto axes_of = [&](const SweepGroup& g) {

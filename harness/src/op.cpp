@@ -59,6 +59,7 @@ std::string_view to_string(Impl i) {
     case Impl::blas: return "blas";
     case Impl::flashinfer: return "flashinfer";
     case Impl::cudnn: return "cudnn";
+    case Impl::nccl: return "nccl";
   }
   return "?";
 }

@@ -74,16 +74,19 @@ MeasuredCurves MeasuredCurves::from_results(const nlohmann::json& results, const
     const double flops = number_at(p, {"flops"}), bytes = number_at(p, {"bytes", "total"});
     const double P = number_at(p, {"roofline", "peak_flops_per_s"}), W = number_at(p, {"roofline", "bandwidth_bytes_per_s"});
     const double t = number_at(p, {"time", "median_s"});
-    if (!(t > 0) || !(W > 0) || (flops > 0 && !(P > 0))) continue;
-    const double eff = roofline_time(flops, bytes, P, W) / t;
+    if (!(t > 0) || !std::isfinite(t)) continue;
+    if (!m->time_curve && (!(W > 0) || (flops > 0 && !(P > 0)))) continue;
+    const double eff = m->time_curve ? t : roofline_time(flops, bytes, P, W) / t;
     if (!(eff > 0) || !std::isfinite(eff)) continue;
     auto& curve = c.curves_[m->key];
     if (curve.values.empty()) {
       curve.values.resize(m->axes.size());
       curve.peak_flops = P;
       curve.bandwidth = W;
+      curve.time = m->time_curve;
     }
-    if (curve.values.size() != m->axes.size()) continue;  // a declaration bug; never mix dimensions
+    // A declaration bug; never mix dimensions or kinds of curve.
+    if (curve.values.size() != m->axes.size() || curve.time != m->time_curve) continue;
     for (std::size_t i = 0; i < m->axes.size(); ++i) {
       auto& v = curve.values[i];
       if (std::find(v.begin(), v.end(), m->axes[i]) == v.end()) {
@@ -92,7 +95,8 @@ MeasuredCurves MeasuredCurves::from_results(const nlohmann::json& results, const
       }
     }
     auto [it, fresh] = curve.best.emplace(m->axes, eff);
-    if (!fresh) it->second = std::max(it->second, eff);  // the fastest implementation of the shape
+    // The fastest implementation of the shape: the highest fraction, or the shortest time.
+    if (!fresh) it->second = curve.time ? std::min(it->second, eff) : std::max(it->second, eff);
     ++c.points_;
   }
   return c;
@@ -100,7 +104,8 @@ MeasuredCurves MeasuredCurves::from_results(const nlohmann::json& results, const
 
 std::optional<MeasuredCurves::Hit> MeasuredCurves::at(const StepMatch& m) const {
   const auto it = curves_.find(m.key);
-  if (it == curves_.end() || it->second.values.size() != m.axes.size()) return std::nullopt;
+  if (it == curves_.end() || it->second.values.size() != m.axes.size() || it->second.time != m.time_curve)
+    return std::nullopt;
   const Curve& c = it->second;
   const std::size_t d = m.axes.size();
   std::vector<double> lo(d), hi(d), t(d);
@@ -127,6 +132,7 @@ std::optional<MeasuredCurves::Hit> MeasuredCurves::at(const StepMatch& m) const 
     if (e == c.best.end()) return std::nullopt;
     eff += w * e->second;
   }
+  if (c.time) return Hit{0, 0, 0, eff};
   return Hit{eff, c.peak_flops, c.bandwidth};
 }
 
@@ -193,14 +199,19 @@ StepTimeModel::Part StepTimeModel::time_ops(const std::vector<LayerOp>& ops, std
         shrink(*b);
     }
     Contribution c{op_index(op), 0, false};
-    if (curves_ && op.link_bytes == 0) {
+    // Measured where a curve covers the op: a fraction of the roofline applied to the op's
+    // own roofline time, or a time curve's time (the collectives, whose limit is the link).
+    if (curves_) {
       const StepOpView view{op, shard_, precision_, tokens, element_bytes(in_.dtype) == 1 ? DType::bf16 : in_.dtype,
                             in_.kv_dtype};
       for (const auto& d : registry.ops()) {
         if (!d.match_step_op) continue;
         const auto m = d.match_step_op(view);
         if (!m) continue;
-        if (const auto hit = curves_->at(*m)) {
+        if (const auto hit = curves_->at(*m); hit && hit->time_s > 0) {
+          c.time_s = hit->time_s;
+          c.measured = true;
+        } else if (hit && op.link_bytes == 0) {
           c.time_s = roofline_time(static_cast<double>(op.cost.flops), static_cast<double>(op.cost.bytes.total()),
                                    hit->peak_flops, hit->bandwidth) /
                      hit->efficiency;

@@ -14,7 +14,7 @@ For every results file it writes (PNG and SVG):
                                  every ok point at (intensity, achieved FLOP/s), coloured by
                                  operation (phase and op), marked by implementation (IMPL_MARKERS:
                                  own a circle, blas a square, flashinfer a triangle, cudnn a
-                                 diamond, anything else an x), filled for our kernels and hollow
+                                 diamond, nccl a plus, anything else an x), filled for our kernels and hollow
                                  for the libraries' rows, labelled where a label fits
                                  without covering a point, a ceiling's label or another label;
   <stem>.decode-linear.{png,svg} decode linear layers: achieved FLOP/s against batch, with the
@@ -56,12 +56,12 @@ from . import crossdevice  # noqa: E402
 from . import results as pr  # noqa: E402
 
 #: A point's marker is its implementation's, in every plot and in the report's legend: ours a circle,
-#: the vendor BLAS a square, the attention libraries a triangle (FlashInfer) and a diamond (cuDNN);
+#: the vendor BLAS a square, the attention libraries a triangle (FlashInfer) and a diamond (cuDNN), NCCL a plus;
 #: anything else an x. Filled for ours, hollow for a library.
-IMPL_MARKERS = {"own": "o", "blas": "s", "flashinfer": "^", "cudnn": "D"}
+IMPL_MARKERS = {"own": "o", "blas": "s", "flashinfer": "^", "cudnn": "D", "nccl": "P"}
 UNKNOWN_IMPL_MARKER = "x"
 #: What the markers are called where words describe them (the report's legend).
-MARKER_NAMES = {"o": "circle", "s": "square", "^": "triangle", "D": "diamond", "x": "x"}
+MARKER_NAMES = {"o": "circle", "s": "square", "^": "triangle", "D": "diamond", "P": "plus", "x": "x"}
 #: Names of the implementations in files written before they had today's: the vendor BLAS was named after
 #: the library (hand-written GPU-like fixtures say cublas), and a point without an impl is ours (is_library).
 IMPL_ALIASES = {"cublas": "blas", "cublaslt": "blas", "openblas": "blas", "": "own"}

@@ -4,7 +4,8 @@
 # formats, decode attention contiguous, paged and split-KV, KV append, prefill attention flash and cuBLAS,
 # whole layers in prefill and decode, a free-form shape; then the MoE experts on
 # a tiny mixture of experts; MLA decode attention on DeepSeek-V2-Lite's shape; the block-scaled
-# 4-bit prefill GEMMs on the emulated B200); every point must be
+# 4-bit prefill GEMMs on the emulated B200; the NCCL collectives over 2 and 4 emulated
+# GPUs); every point must be
 # prepared and verified (none wrong, none skipped but a library row's refusal), and timing
 # must be refused.
 # Run by CTest: cmake -DPHASEBENCH_EMU_BINARY=... -DMODEL=... -P verify_sweep.cmake
@@ -80,6 +81,21 @@ verify_only("block-scaled prefill GEMMs"
   WANTS
     "ok +prefill/linear/tiny-llama.qkv_proj/nvfp4/batch:1/prompt:17/impl:blas"
     "ok +prefill/linear/tiny-llama.down_proj/mxfp4/batch:2/prompt:17/impl:blas")
+# The collectives (NCCL's stand-in) over 2 and 4 emulated GPUs: the tiny model's
+# sharding sizes (layer all-reduce, logits all-gather; MoE dispatch on the tiny MoE)
+# and the power-of-two size sweep, every collective, bf16 and fp32.
+verify_only("collectives"
+  ENV PB_EMU_DEVICES=4
+  ARGS --model ${MODEL},${MOE_MODEL} --dtype bf16,fp32 --ops collectives,collectives_sizes
+       --axis collectives.gpus=2,4 --axis collectives.batch=1,3 --axis collectives.tokens=17
+       --axis collectives_sizes.gpus=2,4 --axis collectives_sizes.bytes=4096,100000
+  WANTS
+    "ok +decode/all_reduce/tiny-llama.layer_all_reduce/bf16/gpus:2/batch:3"
+    "ok +prefill/all_reduce/tiny-llama.layer_all_reduce/fp32/gpus:4/tokens:17"
+    "ok +decode/all_gather/tiny-llama.logits_all_gather/bf16/gpus:4/batch:1"
+    "ok +decode/all_to_all/tiny-moe.moe_dispatch/bf16/gpus:2/batch:3"
+    "ok +free/reduce_scatter/sizes/fp32/gpus:4/bytes:4096"
+    "ok +free/all_to_all/sizes/bf16/gpus:2/bytes:100000")
 # The emulated build refuses to time, with a message that says why.
 execute_process(
   COMMAND ${PHASEBENCH_EMU_BINARY} run --backend=cuda --model ${MODEL} --ops decode_linear --decode-batches 1

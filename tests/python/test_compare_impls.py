@@ -187,6 +187,6 @@ def test_the_reports_legend_names_the_same_markers(four_impls, tmp_path):
 
     page, _ = report.build_report([four_impls], [])
     legend = roofline.impl_legend_text()
-    assert legend == ("own: circle, blas: square, flashinfer: triangle, cudnn: diamond, "
+    assert legend == ("own: circle, blas: square, flashinfer: triangle, cudnn: diamond, nccl: plus, "
                       "any other implementation: x")
     assert f"marked by implementation ({legend}" in page

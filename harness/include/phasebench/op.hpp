@@ -34,12 +34,12 @@ namespace phasebench {
 
 // Which implementation of an operation, side by side in a sweep: our own kernel,
 // the vendor BLAS (OpenBLAS on the CPU, cuBLAS/cuBLASLt on CUDA), or the attention
-// libraries engines run (FlashInfer's templates, cuDNN's SDPA through its frontend).
-// The names are the results' `impl`.
-enum class Impl { own, blas, flashinfer, cudnn };
-inline constexpr Impl kAllImpls[] = {Impl::own, Impl::blas, Impl::flashinfer, Impl::cudnn};
+// libraries engines run (FlashInfer's templates, cuDNN's SDPA through its frontend),
+// or NCCL (the collectives, which only NCCL implements). The names are the results' `impl`.
+enum class Impl { own, blas, flashinfer, cudnn, nccl };
+inline constexpr Impl kAllImpls[] = {Impl::own, Impl::blas, Impl::flashinfer, Impl::cudnn, Impl::nccl};
 std::string_view to_string(Impl i);
-// The Impl named `name` ("own", "blas", "flashinfer", "cudnn"), or nullopt.
+// The Impl named `name` ("own", "blas", "flashinfer", "cudnn", "nccl"), or nullopt.
 std::optional<Impl> impl_named(std::string_view name);
 
 // An operation's own options, typed (page size, splits, routing, ...): each
@@ -115,6 +115,9 @@ struct OpRequest {
 struct StepMatch {
   std::string key;
   std::vector<double> axes;
+  // The curve holds the measured times themselves, not fractions of the roofline: for
+  // ops the roofline does not bound (the collectives, bound by their link).
+  bool time_curve = false;
 };
 // An op of an engine step, as the step-time model asks the operations about it.
 struct StepOpView {
@@ -250,6 +253,9 @@ struct SweepGroup {
   std::vector<std::string> gpu_models = {}, cpu_models = {};
   bool per_model = true;     // false: once per dtype with no model (SweepScope::model is nullptr)
   bool from_shapes = false;  // made from --shape; --shape without --ops runs only such groups
+  // Only when --ops names it, never in a run without --ops (the collectives: on the usual
+  // one-GPU machine every point of theirs would be skipped for want of GPUs).
+  bool on_request = false;
   std::vector<AxisDecl> axes = {};
   std::function<std::vector<Point>(const SweepScope&)> points = {};
   const AxisDecl* axis(std::string_view name) const;  // nullptr when it has none of that name

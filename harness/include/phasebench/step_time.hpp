@@ -45,6 +45,7 @@ class MeasuredCurves {
   struct Hit {
     double efficiency = 0;
     double peak_flops = 0, bandwidth = 0;  // the ceilings the efficiency is against
+    double time_s = 0;  // a time curve's (StepMatch::time_curve) interpolated time; 0 otherwise
   };
   // The efficiency at `m`: multilinear over the logarithms of the axes between
   // the measured points around it; nullopt when `m`'s key has no curve, `m` lies
@@ -56,8 +57,9 @@ class MeasuredCurves {
  private:
   struct Curve {
     std::vector<std::vector<double>> values;      // per axis, sorted, unique
-    std::map<std::vector<double>, double> best;   // axes -> efficiency
+    std::map<std::vector<double>, double> best;   // axes -> efficiency (a time curve: the fastest time)
     double peak_flops = 0, bandwidth = 0;
+    bool time = false;  // StepMatch::time_curve
   };
   std::map<std::string, Curve> curves_;
   std::size_t points_ = 0;

@@ -1,0 +1,252 @@
+// The collectives (ops/collectives.hpp) on CUDA: NCCL's all-reduce (sum),
+// all-gather, reduce-scatter (sum) and all-to-all over N GPUs of this process,
+// one communicator a GPU (ncclCommInitAll, as nccl-tests runs by default).
+//
+// How it is timed (the engine's view: the step waits for the slowest rank): run()
+// records an event on the backend's stream, every rank's stream waits for it, the
+// ranks' calls go in one NCCL group, and the backend's stream waits for an event
+// recorded on each rank's stream after its call, so the backend's timing events
+// bracket the collective on every GPU. Rank 0 is the backend's device, the others
+// the next devices in order. Hot or cold, a sample is one launch (single_launch_only):
+// a rotating graph would copy the op with a communicator per copy, and capturing
+// NCCL across devices is not worth its risk for a timer.
+// No kernel of ours: nothing here has ptxas figures. Never run on a GPU yet:
+// verified under the functional emulation's NCCL stand-in only (kernels/cuda_emu/nccl.cpp).
+#include <nccl.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/collectives.hpp"
+#include "cuda/cuda_op.hpp"
+#include "phasebench/checked.hpp"
+#include "phasebench/error.hpp"
+#include "phasebench/ops/collectives.hpp"
+#include "reference/collectives.hpp"
+#include "reference/common.hpp"
+
+namespace phasebench::cuda {
+
+namespace {
+
+#define PB_NCCL_CHECK(call)                                                                                        \
+  do {                                                                                                             \
+    const ncclResult_t pb_nccl_result = (call);                                                                    \
+    if (pb_nccl_result != ncclSuccess)                                                                             \
+      throw std::runtime_error(std::string("NCCL: ") + #call + ": " + ncclGetErrorString(pb_nccl_result) + " (" + \
+                               ncclGetLastError(nullptr) + ")");                                                   \
+  } while (0)
+
+std::optional<ncclDataType_t> nccl_type(DType t) {
+  switch (t) {
+    case DType::bf16: return ncclBfloat16;
+    case DType::fp16: return ncclFloat16;
+    case DType::fp32: return ncclFloat32;
+    default: return std::nullopt;
+  }
+}
+
+bool takes(DType t, const Context&) { return nccl_type(t).has_value(); }
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL_VERSION's encoding: X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z after.
+  const int major = v >= 10000 ? v / 10000 : v / 1000, minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10, patch = v % 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+std::optional<std::string> unsupported(const OpRequest& r, const Context&) {
+  const auto count = r.shape["count"], n = r.shape["gpus"];
+  if (count == 0 || n == 0) return "a collective needs at least one element and one GPU";
+  const int have = device_count();
+  if (n > static_cast<std::uint64_t>(have))
+    return "needs " + std::to_string(n) + " GPUs (one NCCL rank a GPU); this machine shows " + std::to_string(have) +
+           " (CUDA_VISIBLE_DEVICES)";
+  if (r.kind != kAllReduce && count % n != 0)
+    return r.kind + " of " + std::to_string(count) + " elements over " + std::to_string(n) +
+           " GPUs: the count must divide by the GPU count";
+  return std::nullopt;
+}
+
+// Sets the current device for a scope.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    PB_CUDA_CHECK(cudaGetDevice(&previous_));
+    PB_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() { cudaSetDevice(previous_); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// One rank: its device, communicator, stream, the event after its call, its buffers.
+struct Rank {
+  int device = 0;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+  DeviceBuffer send, recv;
+};
+
+// The op: each rank's send buffer filled with its own seeded values, its receive
+// buffer 0xff bytes (NaN in every float type), so an element never written fails.
+class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
+ public:
+  CollectivesOp(Context& ctx, const OpRequest& r)
+      : ctx_(ctx), r_(r), type_(*nccl_type(r.dtype)), count_(r.shape["count"]), n_(r.shape["gpus"]) {
+    const int have = device_count();
+    const auto a = element_bytes(r.dtype);
+    std::tie(send_n_, recv_n_) = rank_elements();
+    ranks_.resize(n_);
+    for (std::uint64_t i = 0; i < n_; ++i) {
+      ranks_[i].device = (ctx.device + static_cast<int>(i)) % have;
+      devices_.push_back(ranks_[i].device);
+    }
+    std::vector<ncclComm_t> comms(n_);
+    PB_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(n_), devices_.data()));
+    for (std::uint64_t i = 0; i < n_; ++i) ranks_[i].comm = comms[i];
+    {
+      DeviceScope on(ctx.device);
+      PB_CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
+    }
+    for (std::uint64_t i = 0; i < n_; ++i) {
+      Rank& k = ranks_[i];
+      DeviceScope on(k.device);
+      PB_CUDA_CHECK(cudaStreamCreateWithFlags(&k.stream, cudaStreamNonBlocking));
+      PB_CUDA_CHECK(cudaEventCreateWithFlags(&k.done, cudaEventDisableTiming));
+      k.send = DeviceBuffer(mul(send_n_, a, "collective bytes"));
+      k.recv = DeviceBuffer(mul(recv_n_, a, "collective bytes"));
+      fill_random(k.send.get(), r.dtype, send_n_, r.seed + 1 + i, 1.0f, k.stream);
+      PB_CUDA_CHECK(cudaMemsetAsync(k.recv.get(), 0xff, k.recv.bytes(), k.stream));
+      PB_CUDA_CHECK(cudaStreamSynchronize(k.stream));
+    }
+  }
+
+  ~CollectivesOp() override {
+    for (Rank& k : ranks_) {
+      DeviceScope on(k.device);
+      if (k.stream) cudaStreamSynchronize(k.stream);
+      if (k.comm) ncclCommDestroy(k.comm);
+      if (k.done) cudaEventDestroy(k.done);
+      if (k.stream) cudaStreamDestroy(k.stream);
+      k.send = DeviceBuffer();
+      k.recv = DeviceBuffer();
+    }
+    if (start_) cudaEventDestroy(start_);
+  }
+
+  void run() override {
+    PB_CUDA_CHECK(cudaEventRecord(start_, ctx_.stream));
+    for (Rank& k : ranks_) PB_CUDA_CHECK(cudaStreamWaitEvent(k.stream, start_, 0));
+    PB_NCCL_CHECK(ncclGroupStart());
+    for (Rank& k : ranks_) {
+      const void* s = k.send.get();
+      void* d = k.recv.get();
+      if (r_.kind == kAllReduce)
+        PB_NCCL_CHECK(ncclAllReduce(s, d, count_, type_, ncclSum, k.comm, k.stream));
+      else if (r_.kind == kAllGather)
+        PB_NCCL_CHECK(ncclAllGather(s, d, count_ / n_, type_, k.comm, k.stream));
+      else if (r_.kind == kReduceScatter)
+        PB_NCCL_CHECK(ncclReduceScatter(s, d, count_ / n_, type_, ncclSum, k.comm, k.stream));
+      else
+        PB_NCCL_CHECK(ncclAlltoAll(s, d, count_ / n_, type_, k.comm, k.stream));
+    }
+    PB_NCCL_CHECK(ncclGroupEnd());
+    for (Rank& k : ranks_) {
+      PB_CUDA_CHECK(cudaEventRecord(k.done, k.stream));
+      PB_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, k.done, 0));
+    }
+  }
+
+  std::vector<float> output_values() override { return received(0); }
+
+  // Every element of every rank's receive buffer against the reference over the
+  // ranks' inputs. Sums may round once a hop (a ring's n-1 partial sums in the
+  // type): n^2 unit roundoffs of slack, far below an input's size (|x| <= 1);
+  // moved elements must match exactly.
+  void verify() override {
+    run();
+    PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    if (fault_) {
+      DeviceScope on(ranks_.back().device);
+      corrupt_for_test(true, ranks_.back().recv.get(), element_bytes(r_.dtype), ranks_.back().stream);
+      PB_CUDA_CHECK(cudaStreamSynchronize(ranks_.back().stream));
+    }
+    std::vector<std::vector<float>> inputs;
+    for (std::uint64_t i = 0; i < n_; ++i) {
+      DeviceScope on(ranks_[i].device);
+      inputs.push_back(download_as_float(ranks_[i].send.get(), r_.dtype, send_n_, ranks_[i].stream));
+    }
+    const auto want = reference::collective(r_.kind, inputs, count_);
+    const bool sums = r_.kind == kAllReduce || r_.kind == kReduceScatter;
+    const double u = r_.dtype == DType::bf16 ? std::ldexp(1.0, -9) : r_.dtype == DType::fp16 ? std::ldexp(1.0, -12)
+                                                                                             : std::ldexp(1.0, -24);
+    const double n = static_cast<double>(n_);
+    const reference::Tolerance tol{sums ? n * n * u : 0.0, 0.0};
+    for (std::uint64_t i = 0; i < n_; ++i)
+      reference::check_close(received(i), want[i], tol,
+                             r_.kind + " (" + std::string(to_string(r_.dtype)) + ", " + std::to_string(count_) +
+                                 " elements over " + std::to_string(n_) + " GPUs) on rank " + std::to_string(i));
+  }
+
+  std::map<std::string, std::string> notes() const override {
+    std::string devs;
+    for (int d : devices_) devs += (devs.empty() ? "" : ",") + std::to_string(d);
+    return {{"nccl", nccl_version()}, {"devices", devs}};
+  }
+
+  std::optional<std::string> single_launch_only() const override {
+    return "a collective is timed one launch at a time (each copy of a rotating graph would need communicators of "
+           "its own)";
+  }
+
+  void set_fault_injection(bool on) override { fault_ = on; }
+  const std::vector<int>& devices() const override { return devices_; }
+
+ private:
+  std::pair<std::uint64_t, std::uint64_t> rank_elements() const {
+    if (r_.kind == kAllGather) return {count_ / n_, count_};
+    if (r_.kind == kReduceScatter) return {count_, count_ / n_};
+    return {count_, count_};
+  }
+
+  std::vector<float> received(std::uint64_t i) {
+    DeviceScope on(ranks_[i].device);
+    PB_CUDA_CHECK(cudaStreamSynchronize(ranks_[i].stream));
+    return download_as_float(ranks_[i].recv.get(), r_.dtype, recv_n_, ranks_[i].stream);
+  }
+
+  Context& ctx_;
+  OpRequest r_;
+  ncclDataType_t type_;
+  std::uint64_t count_, n_, send_n_ = 0, recv_n_ = 0;
+  std::vector<Rank> ranks_;
+  std::vector<int> devices_;
+  cudaEvent_t start_ = nullptr;
+  bool fault_ = false;
+};
+
+}  // namespace
+
+}  // namespace phasebench::cuda
+
+PHASEBENCH_CUDA_OPS(collectives) {
+  using namespace phasebench;
+  using namespace phasebench::cuda;
+  library_versions()["nccl"] = nccl_version();
+  for (const char* k : {kAllReduce, kAllGather, kReduceScatter, kAllToAll})
+    registry.add({k, Impl::nccl, takes, {}, limits_plan(unsupported), prepare_op<CollectivesOp>()});
+}
