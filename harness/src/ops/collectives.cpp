@@ -142,7 +142,7 @@ PHASEBENCH_DECLARE_OPS(collectives) {
   registry.group(SweepGroup{
       .name = "collectives",
       .help = "NCCL collectives at the sizes the model's sharding makes: each layer's decode and prefill all-reduce, the "
-              "logits all-gather, MoE dispatch as an all-to-all (needs --gpus N)",
+              "logits all-gather, MoE dispatch as an all-to-all (GPU counts: --axis collectives.gpus=N,...)",
       .order = 90,
       .on_request = true,
       .axes = {gpus,
@@ -187,7 +187,7 @@ PHASEBENCH_DECLARE_OPS(collectives) {
       }});
   registry.group(SweepGroup{
       .name = "collectives_sizes",
-      .help = "NCCL collectives over a power-of-two size axis, as nccl-tests sweeps them (needs --gpus N)",
+      .help = "NCCL collectives over a power-of-two size axis, as nccl-tests sweeps them (GPU counts: --axis collectives_sizes.gpus=N,...)",
       .order = 91,
       .per_model = false,
       .on_request = true,
