@@ -27,6 +27,8 @@
 #include "phasebench/error.hpp"
 #include "phasebench/gpu_specs.hpp"
 #include "phasebench/json_fields.hpp"
+#include "phasebench/json_file.hpp"
+#include "phasebench/step_time.hpp"
 #include "phasebench/model.hpp"
 #include "machine_load.hpp"
 #include "results.hpp"
@@ -703,6 +705,11 @@ int cmd_model(int argc, char** argv) {
                  "gpus.json) plus the bytes over one direction of the link")
       ->capture_default_str();
   app.add_flag("--allow-long-context", allow_long, "estimate beyond max_position_embeddings (with a warning)");
+  std::string collectives;
+  app.add_option("--collectives", collectives,
+                 "with --tp: a results file of measured collectives (phasebench run --ops collectives or "
+                 "collectives_sizes on the GPUs the model runs on): the all-reduces and all-gathers its points cover "
+                 "take their measured times, the rest the link model's");
   double power = 0;
   app.add_option("--power", power,
                  "each GPU's power draw in watts (e.g. 700): also predict joules per token for prefill and decode, "
@@ -772,6 +779,31 @@ int cmd_model(int argc, char** argv) {
     in.allow_long_context = allow_long;
     in.tp = size_flag(tp, "--tp");
     if (app.count("--power")) in.power_w = power;
+    std::shared_ptr<const MeasuredCurves> curves;
+    if (!collectives.empty()) {
+      if (in.tp <= 1) throw InputError("--collectives times the collectives of tensor parallelism: give --tp N (N >= 2)");
+      curves = std::make_shared<const MeasuredCurves>(
+          MeasuredCurves::from_results(read_json_file(collectives, "--collectives"), collectives));
+      if (curves->points() == 0)
+        throw InputError("--collectives " + collectives +
+                         ": no measured point there places on a curve (run phasebench run --backend=cuda --ops "
+                         "collectives_sizes --axis collectives_sizes.gpus=N on the GPUs, then give its file)");
+      const DType act = element_bytes(t) == 1 ? DType::bf16 : t;
+      in.measured_collectives_from = collectives;
+      in.measured_collective = [curves, m, act, kv = in.kv_dtype](const LayerOp& op) -> std::optional<double> {
+        const Precision prec{};
+        const StepOpView view{op, m, prec, 0, act, kv};
+        for (const auto& d : OpRegistry::get().ops()) {
+          if (!d.match_step_op) continue;
+          const auto where = d.match_step_op(view);
+          if (!where) continue;
+          const auto hit = curves->at(*where);
+          if (hit && hit->time_s > 0) return hit->time_s;
+          return std::nullopt;
+        }
+        return std::nullopt;
+      };
+    }
     const auto e = estimate(m, spec, in);
     if (json)
       std::cout << to_json(e).dump(2) << "\n";

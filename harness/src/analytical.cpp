@@ -28,6 +28,12 @@ PhaseEstimate estimate_phase(const ModelConfig& m, const Ceilings& ceil, const S
   pe.step = step;
   for (const auto& op : step_ops(m, step, p)) {
     auto oe = estimate_op(op, ceil, in.ceiling, in.dtype, link, gpu_name);
+    if (op.link_bytes > 0 && in.measured_collective)
+      if (const auto t = in.measured_collective(op)) {
+        oe.time_s = *t;
+        oe.latency_s = 0;  // inside the measured time, not apart from it
+        oe.measured = true;
+      }
     pe.total += op.cost.scaled(op.count);
     pe.time_s += oe.time_s * static_cast<double>(op.count);
     pe.ops.push_back(std::move(oe));
@@ -218,6 +224,9 @@ nlohmann::json tensor_parallel_json(const Estimate& e) {
           {"kv_heads_replicated", !e.model.uses_mla() && e.model.kv_heads < e.in.tp},
           {"interconnect", e.gpu.interconnect},
           {"interconnect_gbps_bidirectional", e.gpu.interconnect_gbps},
+          {"collectives_measured_from", e.in.measured_collectives_from.empty()
+                                           ? nlohmann::json()
+                                           : nlohmann::json(e.in.measured_collectives_from)},
           {"collective_latency", e.gpu.collective_latency_source.empty()
                                      ? nlohmann::json()
                                      : nlohmann::json{{"base_s", e.gpu.collective_base_us * 1e-6},
@@ -242,7 +251,8 @@ nlohmann::json phase_json(const PhaseEstimate& p) {
     j["time_s"] = o.time_s;
     if (o.op.link_bytes) {
       j["link_bytes"] = o.op.link_bytes;
-      j["latency_s"] = o.latency_s;
+      j["latency_s"] = o.measured ? nlohmann::json() : nlohmann::json(o.latency_s);
+      j["measured"] = o.measured;
     }
     ops.push_back(std::move(j));
   }
@@ -290,16 +300,21 @@ void phase_text(std::string& out, const PhaseEstimate& p) {
                      (t.bytes.activations + t.bytes.block_table) / 1e6, t.bytes.writes / 1e6, t.intensity(), "",
                      human_time(p.time_s));
   double link_bytes = 0, link_s = 0, latency_s = 0;
+  int collectives = 0, measured = 0;
   for (const auto& o : p.ops)
     if (o.op.link_bytes) {
       link_bytes += static_cast<double>(o.op.link_bytes * o.op.count);
       link_s += o.time_s * static_cast<double>(o.op.count);
       latency_s += o.latency_s * static_cast<double>(o.op.count);
+      ++collectives;
+      measured += o.measured ? 1 : 0;
     }
   if (link_bytes > 0)
-    out += fmt::format("  collectives: {} sent per GPU over the interconnect, {} ({:.1f}% of the step; {} of it latency)\n",
+    out += fmt::format("  collectives: {} sent per GPU over the interconnect, {} ({:.1f}% of the step; {}){}\n",
                        human_bytes(link_bytes), human_time(link_s), p.time_s > 0 ? 100 * link_s / p.time_s : 0.0,
-                       human_time(latency_s));
+                       measured == collectives ? std::string("measured") : human_time(latency_s) + " of it latency",
+                       measured == 0 ? std::string()
+                                     : fmt::format("; {} of {} collective ops measured", measured, collectives));
 }
 
 // Each kind of layer (window, MoE) and how many layers have it.
@@ -487,6 +502,10 @@ std::string to_text(const Estimate& e) {
     out += fmt::format("  collectives on {} at {:.0f} GB/s both ways ({:.0f} GB/s each way sets their bandwidth term)\n",
                        e.gpu.interconnect, e.gpu.interconnect_gbps, e.gpu.interconnect_gbps / 2);
     const LinkModel link = LinkModel::of(e.gpu);
+    if (!e.in.measured_collectives_from.empty())
+      out += fmt::format("  collectives measured: the ops the points of {} cover take their measured times (NCCL, "
+                         "interpolated over the log of the bytes); the rest the link model's\n",
+                         e.in.measured_collectives_from);
     if (link.latency_source.empty()) {
       out += "  collective latency: none known for this GPU (gpus.json has no collective_latency): the collectives are "
              "timed by their bytes alone, optimistic for decode's small all-reduces\n";

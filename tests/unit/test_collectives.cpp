@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -173,6 +174,56 @@ TEST(Collectives, ServeReadsMeasuredCollectivesAsTimes) {
   StepMatch outside = *m;
   outside.axes = {65536};
   EXPECT_FALSE(curves.at(outside).has_value()) << "outside the measured sizes: the model's own time";
+}
+
+TEST(Collectives, ModelTpTakesMeasuredCollectives) {
+  // Llama-3.1-70B over 8 GPUs, batch 1: each decode all-reduce is 1 x 8192 bf16 = 16 KiB,
+  // halfway in log bytes between two measured points (8 KiB in 20 us, 32 KiB in 30 us).
+  auto point = [](std::uint64_t count, double t) {
+    return nlohmann::json{{"name", "x"},
+                          {"phasebench", {{"status", "ok"}, {"op_kind", "all_reduce"}, {"dtype", "bf16"},
+                                          {"shape", {{"count", count}, {"gpus", 8}}}, {"time", {{"median_s", t}}}}}};
+  };
+  const auto path = test::cli_tmp("collectives_measured.json");
+  {
+    std::ofstream f(path);
+    f << nlohmann::json{{"benchmarks", {point(4096, 20e-6), point(16384, 30e-6)}}}.dump();
+  }
+  const auto r = test::run_cli("model --model llama-3.1-70b --tp 8 --gpu h200-sxm --batch 1 --prompt 1024 --json "
+                               "--collectives " + path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("tensor_parallel").at("collectives_measured_from"), path);
+  int measured = 0, modelled = 0;
+  for (const char* phase : {"prefill", "decode"})
+    for (const auto& op : j.at("phases").at(phase).at("ops")) {
+      if (!op.contains("link_bytes")) continue;
+      if (op.at("measured").get<bool>()) {
+        ++measured;
+        EXPECT_EQ(std::string(phase), "decode") << op.dump();
+        EXPECT_NEAR(op.at("time_s").get<double>(), 25e-6, 1e-12) << op.dump();
+        EXPECT_TRUE(op.at("latency_s").is_null());
+      } else {
+        ++modelled;  // the prefill all-reduces (16 MiB) and the logits all-gather: outside the points
+        EXPECT_TRUE(op.at("latency_s").is_number());
+      }
+    }
+  EXPECT_GT(measured, 0);
+  EXPECT_GT(modelled, 0);
+  const auto text = test::run_cli("model --model llama-3.1-70b --tp 8 --gpu h200-sxm --batch 1 --collectives " + path);
+  EXPECT_NE(text.out.find("collectives measured: the ops the points of " + path), std::string::npos) << text.out;
+  // Without --tp, or a file with no collectives: one line, exit status 2.
+  const auto no_tp = test::run_cli("model --model llama-3.1-70b --collectives " + path);
+  EXPECT_EQ(no_tp.status, 2) << no_tp.out;
+  EXPECT_NE(no_tp.out.find("give --tp N"), std::string::npos) << no_tp.out;
+  const auto empty = test::cli_tmp("collectives_none.json");
+  {
+    std::ofstream f(empty);
+    f << R"({"benchmarks": []})";
+  }
+  const auto none = test::run_cli("model --model llama-3.1-70b --tp 8 --collectives " + empty);
+  EXPECT_EQ(none.status, 2) << none.out;
+  EXPECT_NE(none.out.find("no measured point"), std::string::npos) << none.out;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // each operation's time on the roofline (max(FLOPs/P, bytes/W)), phase totals,
 // TTFT and per-token latency, KV-cache size and the largest batch that fits.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,10 @@ struct EstimateInputs {
   // Each GPU's power draw in watts (--power), held constant over the steps:
   // the energy estimate (EnergyEstimate) is made only when it is given.
   std::optional<double> power_w;
+  // Measured collectives (--collectives FILE): the time of a collective op where the
+  // measured points cover it, else nothing (the link model's time stands); and the file.
+  std::function<std::optional<double>(const LayerOp& op)> measured_collective = {};
+  std::string measured_collectives_from;
 };
 
 // Energy at a constant power per GPU: joules = power x GPUs x time.
@@ -82,6 +87,7 @@ struct OpEstimate {
   double peak_flops = 0, bandwidth = 0;
   double time_s = 0;  // per occurrence
   double latency_s = 0;  // a collective: the part of time_s that is the link's latency
+  bool measured = false;  // a collective timed from measured points (EstimateInputs::measured_collective)
   Bound bound = Bound::memory;
 };
 
