@@ -28,6 +28,8 @@ namespace {
 
 // What the summary reads off the standing entry of each point.
 struct Group {
+  bool link_bound = false;  // PointReport::roofline_bound false: no fraction of the roofline
+  std::size_t link_points = 0;  // its measured points
   std::vector<double> fractions;
   std::vector<double> paired;  // points' median fraction of the paired reads' bandwidth (suspect ones left out)
   std::size_t suspect = 0;     // points whose paired fraction is above kPairedSuspectAbove
@@ -95,6 +97,14 @@ void collect_measurement(const nlohmann::json& p, Collected& c) {
     g.joules_per_byte.push_back(e.at("joules_per_byte").get<double>());
 }
 
+// Whether the roofline bounds operation `kind` (PointReport::roofline_bound; a kind
+// without a point report: yes).
+bool roofline_bound(const std::string& kind) {
+  const auto& reg = OpRegistry::get();
+  const auto* report = reg.point_report(reg.current_kind(kind));
+  return !report || report->roofline_bound;
+}
+
 Collected collect(const Standing& standing) {
   Collected c;
   for (const auto* entry : standing) {
@@ -106,6 +116,11 @@ Collected collect(const Standing& standing) {
     if (status == "error") ++g.errors;
     if (status == "ok") collect_measurement(p, c);
     if (status != "ok" || !p.contains("roofline") || !p.at("roofline").is_object()) continue;
+    if (!roofline_bound(p.value("op_kind", ""))) {
+      g.link_bound = true;
+      ++g.link_points;
+      continue;
+    }
     const auto& r = p.at("roofline");
     if (r.contains("fraction_of_roofline") && r.at("fraction_of_roofline").is_number())
       g.fractions.push_back(r.at("fraction_of_roofline").get<double>());
@@ -158,14 +173,17 @@ std::string fraction_table(const Collected& c) {
   for (const auto& [k, g] : c.groups) {
     const auto& [phase, op, impl] = k;
     if (g.fractions.empty()) {
-      out += fmt::format("  {:<8} {:<{}} {:<{}} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", phase, op, w, impl, wi, 0, "-", "-",
-                         g.skipped, g.errors, paired_cell(g));
+      const char* none = g.link_bound ? "link" : "-";
+      out += fmt::format("  {:<8} {:<{}} {:<{}} {:>6} {:>8} {:>8} {:>8} {:>7}{}\n", phase, op, w, impl, wi, g.link_points,
+                         none, none, g.skipped, g.errors, paired_cell(g));
       continue;
     }
     out += fmt::format("  {:<8} {:<{}} {:<{}} {:>6} {:>7.1f}% {:>7.1f}% {:>8} {:>7}{}\n", phase, op, w, impl, wi,
                        g.fractions.size(), 100 * *std::max_element(g.fractions.begin(), g.fractions.end()),
                        100 * median_of(g.fractions), g.skipped, g.errors, paired_cell(g));
   }
+  if (std::any_of(c.groups.begin(), c.groups.end(), [](const auto& kv) { return kv.second.link_bound; }))
+    out += "  link: an operation a link bounds, not the roofline: its own section below holds it against its link\n";
   if (any_paired)
     out += "  paired: median over the memory-bound points beyond the caches (their number in brackets) of each\n"
            "  point's median fraction of the streaming read timed right before each of its samples\n";

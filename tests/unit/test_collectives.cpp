@@ -17,6 +17,7 @@
 #include "phasebench/ops/collectives.hpp"
 #include "phasebench/report.hpp"
 #include "phasebench/step_time.hpp"
+#include "summary.hpp"
 #include "sweep.hpp"
 
 namespace phasebench {
@@ -150,6 +151,26 @@ TEST(Collectives, OnTheCpuBackendTheRunSaysWhereTheyRun) {
   const auto r = test::run_cli("run --backend=cpu --ops collectives --verify-only");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("NCCL's included, run on the CUDA backend only"), std::string::npos) << r.out;
+}
+
+TEST(Collectives, TheSummaryHoldsThemAgainstTheLinkNotTheRoofline) {
+  // A measured all-reduce whose HBM fraction of roofline is tiny: the fraction table counts
+  // it and says "link" where a fraction would be; the collectives' own table has its busbw.
+  nlohmann::json p = {{"status", "ok"}, {"phase", "decode"}, {"op", "all_reduce"}, {"op_kind", "all_reduce"},
+                      {"impl", "nccl"}, {"dtype", "bf16"}, {"shape", {{"count", 524288}, {"gpus", 8}}},
+                      {"time", {{"median_s", 100e-6}}},
+                      {"roofline", {{"fraction_of_roofline", 0.004}, {"bandwidth_ceiling_source", "datasheet"}}},
+                      {"collective", {{"algbw_gbs", 10.49}, {"busbw_gbs", 18.35}, {"busbw_of_link", 0.0408},
+                                      {"predicted_s", 19.1e-6}}}};
+  const std::string name = "decode/all_reduce/m.layer_all_reduce/bf16/gpus:8/batch:64";
+  const nlohmann::json doc = {{"context", {{"phasebench", {{"schema_version", 2}}}}},
+                              {"benchmarks", {{{"name", name}, {"run_name", name}, {"run_type", "iteration"},
+                                               {"phasebench", p}}}}};
+  const auto s = summarize(doc);
+  EXPECT_EQ(s.find("0.4%"), std::string::npos) << s;
+  EXPECT_NE(s.find("link: an operation a link bounds"), std::string::npos) << s;
+  EXPECT_NE(s.find("collectives (NCCL)"), std::string::npos) << s;
+  EXPECT_NE(s.find("18.4"), std::string::npos) << "busbw in the collectives' table\n" << s;
 }
 
 TEST(Collectives, ServeReadsMeasuredCollectivesAsTimes) {

@@ -34,6 +34,10 @@ struct PointReport {
   // Returns an object whose members are added to the point's "phasebench" JSON.
   std::function<nlohmann::json(const Point&, double median_s, const RunView&)> json;
   std::function<double(const nlohmann::json& point)> per_step = {};
+  // False where a link, not the device's roofline, bounds the op (the collectives): the
+  // summary's fraction-of-roofline table counts its points but gives it no fraction (its
+  // own section holds it against its link).
+  bool roofline_bound = true;
 };
 
 // The standing entries of a results file (benchmark objects with their
