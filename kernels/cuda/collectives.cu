@@ -109,7 +109,7 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
       : ctx_(ctx), r_(r), type_(*nccl_type(r.dtype)), count_(r.shape["count"]), n_(r.shape["gpus"]) {
     const int have = device_count();
     const auto a = element_bytes(r.dtype);
-    std::tie(send_n_, recv_n_) = rank_elements();
+    std::tie(send_n_, recv_n_) = collective_rank_elements(r.kind, count_, n_);
     ranks_.resize(n_);
     for (std::uint64_t i = 0; i < n_; ++i) {
       ranks_[i].device = (ctx.device + static_cast<int>(i)) % have;
@@ -217,12 +217,6 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
   const std::vector<int>& devices() const override { return devices_; }
 
  private:
-  std::pair<std::uint64_t, std::uint64_t> rank_elements() const {
-    if (r_.kind == kAllGather) return {count_ / n_, count_};
-    if (r_.kind == kReduceScatter) return {count_, count_ / n_};
-    return {count_, count_};
-  }
-
   std::vector<float> received(std::uint64_t i) {
     DeviceScope on(ranks_[i].device);
     PB_CUDA_CHECK(cudaStreamSynchronize(ranks_[i].stream));

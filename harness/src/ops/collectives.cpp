@@ -23,16 +23,9 @@ namespace {
 
 constexpr std::array<const char*, 4> kKinds = {kAllReduce, kAllGather, kReduceScatter, kAllToAll};
 
-// Of one rank: elements read from its send buffer and written to its receive buffer.
-std::pair<std::uint64_t, std::uint64_t> rank_elements(std::string_view kind, std::uint64_t count, std::uint64_t n) {
-  if (kind == kAllGather) return {count / n, count};
-  if (kind == kReduceScatter) return {count, count / n};
-  return {count, count};  // all_reduce, all_to_all
-}
-
 OpCost cost(const OpRequest& r) {
   const auto count = r.shape["count"], n = r.shape["gpus"], a = element_bytes(r.dtype);
-  const auto [in, out] = rank_elements(r.kind, count, n);
+  const auto [in, out] = collective_rank_elements(r.kind, count, n);
   OpCost c;
   if (r.kind == kAllReduce || r.kind == kReduceScatter) c.flops = count / n * (n - 1);
   c.bytes.activations = mul(in, a, "collective bytes");
@@ -42,7 +35,7 @@ OpCost cost(const OpRequest& r) {
 
 std::uint64_t footprint(const OpRequest& r) {
   const auto count = r.shape["count"], n = r.shape["gpus"], a = element_bytes(r.dtype);
-  const auto [in, out] = rank_elements(r.kind, count, n);
+  const auto [in, out] = collective_rank_elements(r.kind, count, n);
   return mul(add(in, out, "collective elements"), a, "collective bytes");  // one rank's (device 0's)
 }
 
@@ -99,6 +92,13 @@ Point collective_point_of(const std::string& phase, const std::string& model, co
 }
 
 }  // namespace
+
+std::pair<std::uint64_t, std::uint64_t> collective_rank_elements(std::string_view kind, std::uint64_t count,
+                                                                 std::uint64_t gpus) {
+  if (kind == kAllGather) return {count / gpus, count};
+  if (kind == kReduceScatter) return {count, count / gpus};
+  return {count, count};  // all_reduce, all_to_all
+}
 
 bool is_collective(std::string_view kind) {
   return std::find(kKinds.begin(), kKinds.end(), kind) != kKinds.end();

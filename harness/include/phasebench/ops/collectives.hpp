@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "phasebench/op.hpp"
 
@@ -25,6 +26,11 @@ bool is_collective(std::string_view kind);
 // `count` elements (a multiple of `gpus` except for all_reduce) over `gpus` GPUs.
 OpRequest collective_request(std::string_view kind, std::uint64_t count, std::uint64_t gpus, DType dtype,
                              Phase phase, std::uint64_t seed = 0x5eed);
+
+// Of one rank of a {count, gpus} request: the elements of its send buffer and of its
+// receive buffer (all_gather: count/n in, count out; reduce_scatter: count in, count/n out).
+std::pair<std::uint64_t, std::uint64_t> collective_rank_elements(std::string_view kind, std::uint64_t count,
+                                                                 std::uint64_t gpus);
 
 // nccl-tests' bus bandwidth factor (busbw = algbw x factor): 2(n-1)/n for all_reduce,
 // (n-1)/n for all_gather, reduce_scatter and all_to_all; 0 for n = 1 (nothing crosses a link).
