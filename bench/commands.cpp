@@ -169,6 +169,7 @@ struct RunFlags {
   std::string backend = "auto", models = join_words(SweepConfig{}.models), dtypes, ops, impls, out, cache = "cold", ceiling = "measured";
   std::string cold_timing = "rotate";
   std::vector<std::string> axes;              // --axis GROUP.AXIS=VALUES, in order
+  std::string gpus;                           // --gpus: the gpus axis of every group that has one
   std::map<std::string, std::string> aliases;  // old flag -> its text (axis_aliases())
   std::vector<std::string> shapes;
   // The stopping rule and the energy window; empty: the backend's defaults (stop_rule()).
@@ -191,6 +192,15 @@ void add_sweep_flags(CLI::App& app, RunFlags& f) {
                      "text axes; --list-axes lists them)")
       ->allow_extra_args(false);
   app.add_flag("--list-axes", f.list_axes, "list every group's axes, their defaults and old flags, and exit");
+  std::string with_gpus;
+  for (const auto& g : OpRegistry::get().groups())
+    for (const auto& a : g.axes)
+      if (a.name == "gpus") with_gpus += (with_gpus.empty() ? "" : ", ") + g.name;
+  app.add_option("--gpus", f.gpus,
+                 "GPU counts, comma-separated (one NCCL rank a GPU of this machine): the gpus axis of every group that has "
+                 "one (" + with_gpus + "; the layer's 1 is one GPU, N is tensor-parallel over N); --axis GROUP.gpus=... "
+                 "overrides it for one group")
+      ->envname("PHASEBENCH_GPUS");
   // The flags of the axes before --axis, aliases for one release (each sets the axes that name it).
   for (const auto& a : axis_aliases())
     app.add_option(a.flag, f.aliases[a.flag], a.help)->envname(a.env)->group("Old sweep flags (aliases of --axis)");
@@ -308,6 +318,17 @@ SweepConfig sweep_config(const RunFlags& f, bool models_given, std::string& alia
     replacements.push_back(set_alias(cfg, a, text));  // bad input fails before a device is chosen
     old.push_back(a.flag + (std::getenv(a.env.c_str()) ? " (" + a.env + ")" : ""));
   }
+  if (!f.gpus.empty())
+    for (const auto& g : OpRegistry::get().groups())
+      for (const auto& a : g.axes)
+        if (a.name == "gpus") try {
+            set_axis(cfg, g.name + ".gpus=" + f.gpus);
+          } catch (const InputError& e) {  // its message names the axis; the user gave --gpus
+            std::string why = e.what();
+            const std::string axis = "--axis " + g.name + ".gpus";
+            if (why.rfind(axis, 0) == 0) why = "--gpus" + why.substr(axis.size());
+            throw InputError(why);
+          }
   for (const auto& x : f.axes) set_axis(cfg, x);
   alias_note.clear();
   if (!old.empty())
@@ -787,7 +808,7 @@ int cmd_model(int argc, char** argv) {
       if (curves->points() == 0)
         throw InputError("--collectives " + collectives +
                          ": no measured point there places on a curve (run phasebench run --backend=cuda --ops "
-                         "collectives_sizes --axis collectives_sizes.gpus=N on the GPUs, then give its file)");
+                         "collectives_sizes --gpus N on the GPUs, then give its file)");
       const DType act = element_bytes(t) == 1 ? DType::bf16 : t;
       in.measured_collectives_from = collectives;
       in.measured_collective = [curves, m, act, kv = in.kv_dtype](const LayerOp& op) -> std::optional<double> {

@@ -21,6 +21,8 @@
 
 #include "cuda/collectives.hpp"
 #include "cuda/cuda_op.hpp"
+#include "cuda/nccl_util.hpp"
+#include "cuda/rank_context.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/collectives.hpp"
@@ -31,37 +33,12 @@ namespace phasebench::cuda {
 
 namespace {
 
-#define PB_NCCL_CHECK(call)                                                                                        \
-  do {                                                                                                             \
-    const ncclResult_t pb_nccl_result = (call);                                                                    \
-    if (pb_nccl_result != ncclSuccess)                                                                             \
-      throw std::runtime_error(std::string("NCCL: ") + #call + ": " + ncclGetErrorString(pb_nccl_result) + " (" + \
-                               ncclGetLastError(nullptr) + ")");                                                   \
-  } while (0)
-
-std::optional<ncclDataType_t> nccl_type(DType t) {
-  switch (t) {
-    case DType::bf16: return ncclBfloat16;
-    case DType::fp16: return ncclFloat16;
-    case DType::fp32: return ncclFloat32;
-    default: return std::nullopt;
-  }
-}
-
 bool takes(DType t, const Context&) { return nccl_type(t).has_value(); }
 
 int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
   return n;
-}
-
-std::string nccl_version() {
-  int v = 0;
-  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
-  // NCCL_VERSION's encoding: X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z after.
-  const int major = v >= 10000 ? v / 10000 : v / 1000, minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10, patch = v % 100;
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
 std::optional<std::string> unsupported(const OpRequest& r, const Context&) {
@@ -76,21 +53,6 @@ std::optional<std::string> unsupported(const OpRequest& r, const Context&) {
            " GPUs: the count must divide by the GPU count";
   return std::nullopt;
 }
-
-// Sets the current device for a scope.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    PB_CUDA_CHECK(cudaGetDevice(&previous_));
-    PB_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 // One rank: its device, communicator, stream, the event after its call, its buffers.
 struct Rank {

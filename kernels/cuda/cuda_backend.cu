@@ -20,6 +20,7 @@
 #include "cuda/cuda_common.hpp"
 #include "cuda/cuda_op.hpp"
 #include "cuda/nvml_clocks.hpp"
+#include "cuda/rank_context.hpp"
 #include "cuda/rotating_graph.hpp"
 #include "cuda/stream_read.hpp"
 #include "phasebench/error.hpp"
@@ -34,7 +35,6 @@ namespace phasebench {
 namespace cuda {
 namespace {
 
-constexpr std::size_t kWorkspaceBytes = 64ull << 20;
 // A launch shorter than this is timed as a CUDA graph of many launches (hot
 // cache only, see CudaBackend::time), sized to last at least kGraphSeconds.
 constexpr double kShortLaunchSeconds = 20e-6;
@@ -224,7 +224,7 @@ class CudaBackend final : public Backend {
     PB_CUBLAS_CHECK(cublasCreate(&ctx_.cublas));
     PB_CUBLAS_CHECK(cublasSetStream(ctx_.cublas, ctx_.stream));
     PB_CUBLAS_CHECK(cublasLtCreate(&ctx_.cublaslt));
-    ctx_.workspace = DeviceBuffer(kWorkspaceBytes);
+    ctx_.workspace = DeviceBuffer(kCublasLtWorkspaceBytes);
     PB_CUBLAS_CHECK(cublasSetWorkspace(ctx_.cublas, ctx_.workspace.get(), ctx_.workspace.bytes()));
     PB_CUDA_CHECK(cudaEventCreate(&start_));
     PB_CUDA_CHECK(cudaEventCreate(&stop_));
@@ -323,7 +323,7 @@ class CudaBackend final : public Backend {
   // that follows (a point asks cannot_run, then prepares), so a point is
   // checked and planned once.
   std::optional<std::string> cannot_run(const OpRequest& r) const override {
-    last_check_ = LastCheck{r, check_request(ctx_, r, kWorkspaceBytes)};
+    last_check_ = LastCheck{r, check_request(ctx_, r, kCublasLtWorkspaceBytes)};
     return last_check_->checked.why;
   }
 
@@ -332,7 +332,7 @@ class CudaBackend final : public Backend {
     if (last_check_ && same_request(last_check_->request, r))
       c = std::move(last_check_->checked);
     else
-      c = check_request(ctx_, r, kWorkspaceBytes);
+      c = check_request(ctx_, r, kCublasLtWorkspaceBytes);
     last_check_.reset();
     auto op = make_op(ctx_, r, c);  // Unsupported with the check's reason when it cannot run
     return std::make_unique<TimedOp>(std::move(op), r, std::move(c));
@@ -667,7 +667,7 @@ class CudaBackend final : public Backend {
     j["cublas_version"] = std::to_string(cublas_major) + "." + std::to_string(cublas_minor) + "." +
                           std::to_string(cublas_patch);
     j["cublaslt_version"] = cublasLtGetVersion();
-    j["cublaslt_workspace_bytes"] = kWorkspaceBytes;
+    j["cublaslt_workspace_bytes"] = kCublasLtWorkspaceBytes;
     all_ops();  // registers every implementation, and with them their libraries' versions
     for (const auto& [lib, version] : library_versions()) j["libraries"][lib] = version;
     j["clocks"] = nvml_->available() ? "NVML (libnvidia-ml.so.1)" : nvml_->why_unavailable();

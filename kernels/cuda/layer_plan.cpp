@@ -2,6 +2,8 @@
 // chains, and a request's plan.
 #include "cuda/layer_plan.hpp"
 
+#include <cuda_runtime.h>
+
 #include <climits>
 #include <string>
 #include <utility>
@@ -23,7 +25,22 @@ int to_int(std::uint64_t v, const std::string& what) { return to_int32(v, "layer
 std::optional<std::string> layer_op_unsupported(const OpRequest& r, const Context& ctx) {
   if (r.dtype != DType::bf16 && r.dtype != DType::fp16)
     return "layer: the CUDA backend runs whole layers in bf16 or fp16, not " + std::string(to_string(r.dtype));
-  const ModelConfig d = layer_model(r);
+  const auto gpus = layer_gpus(r);
+  if (gpus > 1) {
+    if (!tensor_parallel_layer_maker())
+      return "layer: a tensor-parallel layer needs NCCL, and this build has none (no nccl.h was found at configure time)";
+    int have = 0;
+    if (cudaGetDeviceCount(&have) != cudaSuccess) have = 0;
+    if (gpus > static_cast<std::uint64_t>(have))
+      return "layer: tensor-parallel over " + std::to_string(gpus) + " GPUs (one NCCL rank a GPU); this machine shows " +
+             std::to_string(have) + " (CUDA_VISIBLE_DEVICES)";
+  }
+  ModelConfig d;
+  try {
+    d = layer_shard(r);  // the dimensions one GPU runs
+  } catch (const InputError& e) {
+    return "layer: " + std::string(e.what());
+  }
   if (d.norms_per_layer != 2)
     return "layer: " + std::to_string(d.norms_per_layer) +
            " norms per layer (sandwich norms, gemma2) are not implemented; the layer runs two";
@@ -63,8 +80,9 @@ std::optional<std::string> layer_op_unsupported(const OpRequest& r, const Contex
 // The step's dimensions and decode attention's split plan (or why not: a dimension past 32 bits).
 void fill_plan(LayerPlan& p, const OpRequest& r, const Context& ctx) {
   const StepShape st = layer_step(r);
-  const ModelConfig m = layer_model(r);
+  const ModelConfig m = layer_shard(r);
   try {
+    p.gpus = to_int(layer_gpus(r), "gpus");
     p.prefill = st.phase == Phase::prefill;
     p.B = to_int(st.batch, "batch");
     p.S = to_int(st.new_tokens, "new tokens");
@@ -89,6 +107,11 @@ void fill_plan(LayerPlan& p, const OpRequest& r, const Context& ctx) {
 }
 
 }  // namespace
+
+TensorParallelLayerMaker& tensor_parallel_layer_maker() {
+  static TensorParallelLayerMaker maker = nullptr;
+  return maker;
+}
 
 std::shared_ptr<const LayerPlan> plan_layer(const OpRequest& r, const Context& ctx) {
   return make_plan<LayerPlan>(layer_op_unsupported(r, ctx), [&](LayerPlan& p) { fill_plan(p, r, ctx); });

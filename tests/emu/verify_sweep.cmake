@@ -83,13 +83,18 @@ verify_only("block-scaled prefill GEMMs"
     "ok +prefill/linear/tiny-llama.down_proj/mxfp4/batch:2/prompt:17/impl:blas")
 # The collectives (NCCL's stand-in) over 2 and 4 emulated GPUs: the tiny model's
 # sharding sizes (layer all-reduce, logits all-gather; MoE dispatch on the tiny MoE)
-# and the power-of-two size sweep, every collective, bf16 and fp32.
-verify_only("collectives"
+# and the power-of-two size sweep, every collective, bf16 and fp32; and the tiny
+# model's whole layer tensor-parallel over the same GPUs (--gpus sets every group's
+# gpus axis; the layer's KV heads replicated over 4), bf16 (the layer takes no fp32).
+verify_only("collectives and tensor-parallel layers"
   ENV PB_EMU_DEVICES=4
-  ARGS --model ${MODEL},${MOE_MODEL} --dtype bf16,fp32 --ops collectives,collectives_sizes
-       --axis collectives.gpus=2,4 --axis collectives.batch=1,3 --axis collectives.tokens=17
-       --axis collectives_sizes.gpus=2,4 --axis collectives_sizes.bytes=4096,100000
+  ARGS --model ${MODEL},${MOE_MODEL} --dtype bf16,fp32 --ops collectives,collectives_sizes,layer --gpus 2,4
+       --axis collectives.batch=1,3 --axis collectives.tokens=17
+       --axis collectives_sizes.bytes=4096,100000
+       --axis layer.prefill_batch=2 --axis layer.prompt=17 --axis layer.decode_batch=3 --axis layer.context=33
   WANTS
+    "ok +prefill/layer/tiny-llama/bf16/batch:2/prompt:17/gpus:2"
+    "ok +decode/layer/tiny-llama/bf16/batch:3/context:33/gpus:4"
     "ok +decode/all_reduce/tiny-llama.layer_all_reduce/bf16/gpus:2/batch:3"
     "ok +prefill/all_reduce/tiny-llama.layer_all_reduce/fp32/gpus:4/tokens:17"
     "ok +decode/all_gather/tiny-llama.logits_all_gather/bf16/gpus:4/batch:1"

@@ -1,6 +1,9 @@
 // The whole-layer op: prefill and decode on a tiny config verify against the
 // CPU reference of the whole layer, verify() catches a wrong output, and the
-// backend prepares and runs a layer point (and, on a real GPU, times it).
+// backend prepares and runs a layer point (and, on a real GPU, times it). The
+// tensor-parallel layer (layer_tp.cu, with NCCL) over 2 and 4 GPUs where the
+// machine has them (the emulated builds run with PB_EMU_DEVICES=4): every rank's
+// output against the reference of the whole layer, KV heads split and replicated.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,19 +21,26 @@ namespace {
 
 // h=256, I=512, Hq=4, Hkv=2, D=64 unless given (Llama's D=128 with GQA 4: Hq=8, Hkv=2, D=128).
 OpRequest tiny_layer(Phase ph, std::uint64_t B, std::uint64_t n, DType t, std::uint64_t Hq = 4, std::uint64_t Hkv = 2,
-                     std::uint64_t D = 64) {
+                     std::uint64_t D = 64, std::uint64_t gpus = 1) {
   ModelConfig m;
   m.hidden = 256;
   m.intermediate = 512;
   m.heads = Hq;
   m.kv_heads = Hkv;
   m.head_dim = D;
-  auto r = layer_request(m, ph, B, n, t);
+  auto r = layer_request(m, ph, B, n, t, 0x5eed, gpus);
   r.name = "test/layer";
   return r;
 }
 
-class LayerOpTest : public test::CudaContextTest {};
+class LayerOpTest : public test::CudaContextTest {
+ protected:
+  int devices() const {
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    return n;
+  }
+};
 
 }  // namespace
 
@@ -112,3 +122,63 @@ TEST(LayerBackend, PreparesRunsAndTimesOnAGpu) {
 #endif
   }
 }
+
+#if PHASEBENCH_HAVE_NCCL_TESTS
+// 2 GPUs: 2 query heads and 1 KV head a GPU, intermediate 256; 4 GPUs: 1 query
+// head a GPU, the 2 KV heads replicated (one a GPU), intermediate 128. Odd
+// prompts and batches (tails of the attention and append kernels' tiles).
+TEST_F(LayerOpTest, TensorParallelVerifiesOnEveryRank) {
+  int ran = 0;
+  for (std::uint64_t g : {2, 4}) {
+    if (g > static_cast<std::uint64_t>(devices())) continue;
+    for (DType t : {DType::bf16, DType::fp16}) {
+      auto pre = cuda::make_op(ctx(), tiny_layer(Phase::prefill, 3, 129, t, 4, 2, 64, g));
+      EXPECT_NO_THROW(pre->verify()) << to_string(t) << " prefill over " << g << " GPUs";
+      auto dec = cuda::make_op(ctx(), tiny_layer(Phase::decode, 5, 333, t, 4, 2, 64, g));
+      EXPECT_NO_THROW(dec->verify()) << to_string(t) << " decode over " << g << " GPUs";
+      dec->run();  // again in place (the append rewrites the same slot)
+      EXPECT_NO_THROW(dec->verify());
+      ran += 2;
+    }
+  }
+  // head_dim 128, 8 query heads and 2 KV heads over 2 GPUs.
+  if (devices() >= 2) {
+    auto op = cuda::make_op(ctx(), tiny_layer(Phase::decode, 2, 100, DType::bf16, 8, 2, 128, 2));
+    EXPECT_NO_THROW(op->verify()) << "D=128 over 2 GPUs";
+    ++ran;
+  }
+  if (devices() < 2) GTEST_SKIP() << "one device: no tensor-parallel layer to run";
+  EXPECT_GT(ran, 0);
+}
+
+TEST_F(LayerOpTest, TensorParallelRunsItsShardsAndAllReduces) {
+  if (devices() < 2) GTEST_SKIP() << "one device: no tensor-parallel layer to run";
+  auto op = cuda::make_op(ctx(), tiny_layer(Phase::decode, 2, 50, DType::bf16, 4, 2, 64, 2));
+  auto* acc = dynamic_cast<cuda::LayerOpAccess*>(op.get());
+  ASSERT_NE(acc, nullptr);
+  const auto names = acc->op_names();
+  ASSERT_EQ(names.size(), 13u);
+  EXPECT_EQ(names[7], "attn_all_reduce");
+  EXPECT_EQ(names[12], "mlp_all_reduce");
+  op->run();
+  const auto out = acc->output_as_float();
+  ASSERT_EQ(out.size(), 2u * 256);  // the whole hidden width on every rank
+  EXPECT_TRUE(op->single_launch_only().has_value());
+  EXPECT_EQ(op->notes().count("nccl"), 1u);
+  EXPECT_EQ(op->notes().at("devices"), "0,1");
+  acc->set_fault_injection(true);  // the last rank's output zeroed
+  EXPECT_THROW(op->verify(), VerificationError);
+}
+
+TEST_F(LayerOpTest, TensorParallelSaysWhatCannotRun) {
+  const auto more = static_cast<std::uint64_t>(devices()) + 1;
+  const auto why = cuda::cannot_run(ctx(), tiny_layer(Phase::decode, 1, 16, DType::bf16, 4, 2, 64, more * 2));
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("this machine shows " + std::to_string(devices())), std::string::npos) << *why;
+  if (devices() >= 3) {  // 4 heads do not split 3 ways
+    const auto odd = cuda::cannot_run(ctx(), tiny_layer(Phase::decode, 1, 16, DType::bf16, 4, 2, 64, 3));
+    ASSERT_TRUE(odd.has_value());
+    EXPECT_NE(odd->find("not divisible by 3"), std::string::npos) << *odd;
+  }
+}
+#endif

@@ -120,6 +120,9 @@ TEST(CliInput, RunRefusesEmptyItemsEmptyValuesDuplicatesAndUncheckedBenchmarkFla
       {base + " --benchmark_filter=", "an empty value"},
       {run + model + to + " --ops kv_append --append-batches 00", "--append-batches: sizes must be positive, got '00'"},
       {base + " --min-samples 2.5", "--min-samples takes a whole number of samples, got '2.5'"},
+      {base + " --gpus 0", "--gpus: sizes must be positive, got '0'"},
+      {base + " --gpus 2,100", "--gpus: a GPU count from 1 to 72 (one rank a GPU), not 100"},
+      {base + " --gpus 2,", "--gpus: an empty item"},
   });
   EXPECT_FALSE(fs::exists(out));
   // Two names of one model: the shipped short name and its file.

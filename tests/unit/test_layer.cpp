@@ -1,6 +1,8 @@
-// Whole-layer points: the request's cost is layer_ops' sum, the sweep builds
-// them only where the backend implements them, and the results carry measured
-// and predicted step times (layer x layers + lm_head) with their sources.
+// Whole-layer points: the request's cost is layer_ops' sum (one GPU's shard's
+// when tensor-parallel), the sweep builds them only where the backend implements
+// them (and, sharded, where the model divides), and the results carry measured
+// and predicted step times (layer x layers + lm_head) with their sources, a
+// sharded point beside the same point on one GPU.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -52,6 +54,28 @@ TEST(LayerRequest, CostIsTheSumOfLayerOps) {
   }
 }
 
+TEST(LayerRequest, TensorParallelCostIsOneGpusShard) {
+  const auto m = load_model("llama-3.1-70b");
+  const auto p = Precision::from(DType::bf16, DType::bf16);
+  const auto one = layer_request(m, Phase::decode, 8, 4096, DType::bf16);
+  EXPECT_FALSE(one.shape.has("gpus"));  // one GPU's shape is as before
+  EXPECT_EQ(layer_gpus(one), 1u);
+  const auto r = layer_request(m, Phase::decode, 8, 4096, DType::bf16, 0x5eed, 8);
+  EXPECT_EQ(r.shape["gpus"], 8u);
+  EXPECT_EQ(layer_model(r).heads, 64u);  // the request describes the whole layer
+  const auto shard = layer_shard(r);
+  EXPECT_EQ(shard.heads, 8u);
+  EXPECT_EQ(shard.kv_heads, 1u);
+  EXPECT_EQ(shard.intermediate, m.intermediate / 8);
+  expect_same(r.cost(), sum_of(layer_ops(tensor_parallel_shard(m, 8), {Phase::decode, 8, 1, 4096}, p)));
+  std::vector<std::string> reduces;
+  for (const auto& o : layer_request_ops(r))
+    if (o.kind == "all_reduce") reduces.push_back(o.name);
+  EXPECT_EQ(reduces, (std::vector<std::string>{"attn_all_reduce", "mlp_all_reduce"}));
+  EXPECT_LT(r.cost().bytes.weights, one.cost().bytes.weights / 7);  // each GPU streams an eighth of the weights
+  EXPECT_LT(r.footprint_bytes(), one.footprint_bytes() / 4);
+}
+
 TEST(LayerRequest, FootprintCoversWeightsActivationsAndCache) {
   const auto m = load_model("llama-3.1-8b");
   const auto r = layer_request(m, Phase::decode, 8, 4096, DType::bf16);
@@ -101,11 +125,13 @@ class FakeBackend : public Backend {
     kinds_[r.kind]++;
     auto op = std::make_unique<FakeOp>();
     kind_of_[op.get()] = r.kind;
+    gpus_of_[op.get()] = r.kind == kLayer ? layer_gpus(r) : 1;
     return op;
   }
+  // A layer sharded over N GPUs: 1 ms x (0.5 + 0.5 / N), as if half of it scaled.
   Sample time(PreparedOp& op, const TimingOptions&) override {
     Sample s;
-    s.seconds = kind_of_[&op] == kLayer ? 1e-3 : 2e-4;
+    s.seconds = kind_of_[&op] == kLayer ? 1e-3 * (0.5 + 0.5 / static_cast<double>(gpus_of_[&op])) : 2e-4;
     return s;
   }
   void synchronize() override {}
@@ -116,6 +142,7 @@ class FakeBackend : public Backend {
   Ceilings ceilings_;
   std::map<std::string, int> kinds_;
   std::map<const PreparedOp*, std::string> kind_of_;
+  std::map<const PreparedOp*, std::uint64_t> gpus_of_;
 };
 
 void run_points(BenchContext& ctx, const std::vector<Point>& pts) { test::run_points_quietly(ctx, pts); }
@@ -123,15 +150,16 @@ void run_points(BenchContext& ctx, const std::vector<Point>& pts) { test::run_po
 SweepConfig small_config() {
   SweepConfig c;
   c.dtypes = {DType::bf16};
-  c.axes["layer"].sizes = {{"prefill_batch", {1}}, {"prompt", {512}}, {"decode_batch", {8}}, {"context", {4096}}};
+  c.axes["layer"].sizes = {{"prefill_batch", {1}}, {"prompt", {512}}, {"decode_batch", {8}}, {"context", {4096}}, {"gpus", {1}}};
   c.axes["decode_linear"].sizes = {{"batch", {8}}};
   return c;
 }
 
 // The analytical prediction of one layer and of lm_head for the step.
 std::pair<double, double> predicted(const ModelConfig& m, const GpuSpec& gpu, Phase ph, std::uint64_t B,
-                                    std::uint64_t n) {
+                                    std::uint64_t n, std::uint64_t tp = 1) {
   EstimateInputs in;
+  in.tp = tp;
   in.batch = B;
   in.prompt = ph == Phase::prefill ? n : 1;
   in.context = ph == Phase::decode ? n : 1;
@@ -140,9 +168,9 @@ std::pair<double, double> predicted(const ModelConfig& m, const GpuSpec& gpu, Ph
   const auto e = estimate(m, gpu, in);
   double layer = 0, lm = 0;
   for (const auto& o : (ph == Phase::prefill ? e.prefill : e.decode).ops) {
-    if (o.op.name == "lm_head")
-      lm = o.time_s;
-    else if (o.op.name != "embed" && o.op.name != "final_norm")
+    if (o.op.name == "lm_head" || o.op.name == "logits_all_gather")
+      lm += o.time_s;
+    else if (o.op.name != "embed" && o.op.name != "final_norm" && o.op.name != "embed_all_reduce")
       layer += o.time_s;
   }
   return {layer, lm};
@@ -170,6 +198,28 @@ TEST(LayerSweep, PointsWhereTheBackendImplementsThem) {
   EXPECT_EQ(d.request.shape["L"], 4096u);
   EXPECT_EQ(layer_model(d.request).hidden, 4096u);
   EXPECT_EQ(d.request.name, d.name);  // the prefix of the per-op NVTX ranges
+}
+
+TEST(LayerSweep, TheGpusAxisAddsTensorParallelPointsSkippedWhereTheModelDoesNotDivide) {
+  FakeBackend fake(std::nullopt);
+  auto c = small_config();
+  c.groups = {"layer"};
+  c.axes["layer"].sizes["gpus"] = {1, 2, 3};  // 32 heads and 8 KV heads do not split 3 ways
+  std::map<std::string, Point> by_name;
+  for (const auto& p : build_sweep(c, fake)) {
+    EXPECT_EQ(p.request.name, p.name);
+    by_name[p.name] = p;
+  }
+  ASSERT_EQ(by_name.size(), 6u);
+  for (const char* n : {"prefill/layer/llama-3.1-8b/bf16/batch:1/prompt:512", "decode/layer/llama-3.1-8b/bf16/batch:8/context:4096",
+                        "prefill/layer/llama-3.1-8b/bf16/batch:1/prompt:512/gpus:2",
+                        "decode/layer/llama-3.1-8b/bf16/batch:8/context:4096/gpus:2"}) {
+    ASSERT_TRUE(by_name.count(n)) << n;
+    EXPECT_TRUE(by_name.at(n).invalid.empty()) << n;
+  }
+  EXPECT_EQ(layer_gpus(by_name.at("decode/layer/llama-3.1-8b/bf16/batch:8/context:4096/gpus:2").request), 2u);
+  const auto& three = by_name.at("decode/layer/llama-3.1-8b/bf16/batch:8/context:4096/gpus:3");
+  EXPECT_NE(three.invalid.find("num_attention_heads (32) is not divisible by 3"), std::string::npos) << three.invalid;
 }
 
 TEST(GpuSweepDefaults, AttentionAlsoForLlama70BUnlessModelsAreGiven) {
@@ -310,4 +360,52 @@ TEST(LayerResults, SummaryPrintsMeasuredVersusPredicted) {
   EXPECT_NE(text.find("whole layer: measured vs predicted"), std::string::npos) << text;
   EXPECT_NE(text.find("decode/layer/llama-3.1-8b/bf16/batch:8/context:4096"), std::string::npos) << text;
   EXPECT_NE(text.find("32.200 ms"), std::string::npos) << text;  // 32 x 1 ms + 0.2 ms lm_head
+}
+
+TEST(LayerResults, TensorParallelBesideOneGpuAndTheModel) {
+  const auto gpu = GpuTable::load().find("h100-sxm");
+  ASSERT_TRUE(gpu.has_value());
+  FakeBackend fake(gpu);
+  BenchContext ctx(fake, RunOptions{});
+  auto c = small_config();
+  c.groups = {"decode_linear", "layer"};
+  c.axes["layer"].sizes["gpus"] = {1, 2};
+  const auto pts = build_sweep(c, fake);
+  run_points(ctx, pts);
+  const auto m = load_model("llama-3.1-8b");
+  const auto dj = ctx.point_json("decode/layer/llama-3.1-8b/bf16/batch:8/context:4096/gpus:2");
+  ASSERT_TRUE(dj.is_object()) << dj;
+  ASSERT_EQ(dj.at("status"), "ok") << dj;
+  EXPECT_EQ(dj.at("shape").at("gpus"), 2);
+  const auto& dl = dj.at("layer");
+  EXPECT_EQ(dl.at("gpus"), 2);
+  EXPECT_DOUBLE_EQ(dl.at("measured_layer_s").get<double>(), 0.75e-3);
+  EXPECT_DOUBLE_EQ(dl.at("one_gpu_layer_s").get<double>(), 1e-3);
+  EXPECT_EQ(dl.at("one_gpu_point"), "decode/layer/llama-3.1-8b/bf16/batch:8/context:4096");
+  EXPECT_DOUBLE_EQ(dl.at("speedup").get<double>(), 1e-3 / 0.75e-3);
+  EXPECT_DOUBLE_EQ(dl.at("scaling_efficiency").get<double>(), 1e-3 / 0.75e-3 / 2);
+  // The model's layer over 2 GPUs: the shard's ops and the two all-reduces, latency included.
+  const auto [layer, lm] = predicted(m, *gpu, Phase::decode, 8, 4096, 2);
+  EXPECT_DOUBLE_EQ(dl.at("predicted_layer_s").get<double>(), layer);
+  EXPECT_DOUBLE_EQ(dl.at("predicted_step_s").get<double>(), 32 * layer + lm);
+  EXPECT_LT(layer, predicted(m, *gpu, Phase::decode, 8, 4096).first);
+  const auto link = LinkModel::of(*gpu);
+  const LayerOp ar{"", "all_reduce", Shape{{"gpus", 2}}, {}};
+  EXPECT_GT(dl.at("predicted_all_reduce_s").get<double>(), 2 * link.latency_s(ar));
+  EXPECT_EQ(dl.at("latency_source"), link.latency_source);
+  // lm_head sharded: not the one-GPU GEMV point of the run.
+  EXPECT_EQ(dl.at("lm_head_source").get<std::string>().rfind("predicted (sharded", 0), 0u);
+  EXPECT_DOUBLE_EQ(dl.at("lm_head_s").get<double>(), lm);
+  // One GPU's point has no tensor-parallel fields.
+  const auto one = ctx.point_json("decode/layer/llama-3.1-8b/bf16/batch:8/context:4096").at("layer");
+  EXPECT_EQ(one.at("gpus"), 1);
+  EXPECT_FALSE(one.contains("speedup"));
+  EXPECT_FALSE(one.contains("predicted_all_reduce_s"));
+
+  nlohmann::json results;
+  for (const auto& p : pts)
+    results["benchmarks"].push_back({{"name", p.name}, {"run_type", "iteration"}, {"phasebench", ctx.point_json(p.name)}});
+  const auto text = summarize(results);
+  EXPECT_NE(text.find("tensor-parallel layers"), std::string::npos) << text;
+  EXPECT_NE(text.find("1.33x"), std::string::npos) << text;
 }

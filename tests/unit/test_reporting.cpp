@@ -100,7 +100,7 @@ TEST(Reporting, SectionsRecordsAndPointReportsAreDeclared) {
   for (const auto& sec : reg.sections()) names.insert(sec.name);
   EXPECT_EQ(names, (std::set<std::string>{"decode attention", "MLA decode attention", "decode linear crossings",
                                           "decode MoE crossings", "decode GEMV, int4 vs bf16", "decode GEMV, fp4 vs bf16",
-                                          "whole layer", "collectives"}));
+                                          "whole layer", "tensor-parallel layers", "collectives"}));
   for (std::size_t i = 1; i < reg.sections().size(); ++i)
     EXPECT_LE(reg.sections()[i - 1].order, reg.sections()[i].order) << "sections are kept in order";
   ASSERT_NE(reg.point_report("layer"), nullptr);

@@ -15,6 +15,7 @@
 #include "phasebench/error.hpp"
 #include "phasebench/model.hpp"
 #include "phasebench/ops/collectives.hpp"
+#include "phasebench/ops/shared_axes.hpp"
 #include "phasebench/step_time.hpp"
 
 namespace phasebench {
@@ -37,11 +38,6 @@ std::uint64_t footprint(const OpRequest& r) {
   const auto count = r.shape["count"], n = r.shape["gpus"], a = element_bytes(r.dtype);
   const auto [in, out] = collective_rank_elements(r.kind, count, n);
   return mul(add(in, out, "collective elements"), a, "collective bytes");  // one rank's (device 0's)
-}
-
-void check_gpus(const std::vector<std::uint64_t>& v, const std::string& what) {
-  for (auto x : v)
-    if (x < 1 || x > 72) throw InputError(what + ": a GPU count from 1 to 72 (one rank a GPU), not " + std::to_string(x));
 }
 
 void check_positive(const std::vector<std::uint64_t>& v, const std::string& what) {
@@ -134,15 +130,11 @@ PHASEBENCH_DECLARE_OPS(collectives) {
     d.match_step_op = collective_step_op;
     registry.declare(std::move(d));
   }
-  const AxisDecl gpus{.name = "gpus",
-                      .help = "GPUs (NCCL ranks, one a GPU) each collective spans",
-                      .gpu_default = {2, 4, 8},
-                      .cpu_default = {2},
-                      .check = check_gpus};
+  const AxisDecl gpus = gpus_axis("GPUs (NCCL ranks, one a GPU) each collective spans", {2, 4, 8}, {2});
   registry.group(SweepGroup{
       .name = "collectives",
       .help = "NCCL collectives at the sizes the model's sharding makes: each layer's decode and prefill all-reduce, the "
-              "logits all-gather, MoE dispatch as an all-to-all (GPU counts: --axis collectives.gpus=N,...)",
+              "logits all-gather, MoE dispatch as an all-to-all (GPU counts: --gpus N,...)",
       .order = 90,
       .on_request = true,
       .axes = {gpus,
@@ -187,7 +179,7 @@ PHASEBENCH_DECLARE_OPS(collectives) {
       }});
   registry.group(SweepGroup{
       .name = "collectives_sizes",
-      .help = "NCCL collectives over a power-of-two size axis, as nccl-tests sweeps them (GPU counts: --axis collectives_sizes.gpus=N,...)",
+      .help = "NCCL collectives over a power-of-two size axis, as nccl-tests sweeps them (GPU counts: --gpus N,...)",
       .order = 91,
       .per_model = false,
       .on_request = true,

@@ -1,6 +1,6 @@
 // The sweep axes several groups declare alike (phasebench/ops/shared_axes.hpp):
 // the prefill batch and prompt, the decode attention batch and context, the page
-// size; and the attention groups' models. Defaults: a few minutes per backend
+// size, the GPU count; and the attention groups' models. Defaults: a few minutes per backend
 // (docs/design.md).
 #include "phasebench/ops/shared_axes.hpp"
 
@@ -45,6 +45,15 @@ AxisDecl page_size_axis() {
   a.check = [](const std::vector<std::uint64_t>& v, const std::string& what) {
     for (auto p : v)
       if (p == 0 || p % 16 != 0) throw InputError(what + " must be a positive multiple of 16, got " + std::to_string(p));
+  };
+  return a;
+}
+
+AxisDecl gpus_axis(std::string help, std::vector<std::uint64_t> gpu_default, std::vector<std::uint64_t> cpu_default) {
+  auto a = sizes("gpus", std::move(help), std::move(gpu_default), std::move(cpu_default), "");
+  a.check = [](const std::vector<std::uint64_t>& v, const std::string& what) {
+    for (auto x : v)
+      if (x < 1 || x > 72) throw InputError(what + ": a GPU count from 1 to 72 (one rank a GPU), not " + std::to_string(x));
   };
   return a;
 }

@@ -1,8 +1,9 @@
 // A whole transformer layer (op kind "layer"): the ops of model.hpp's layer_ops
 // run in sequence for a prefill step (batch x prompt) or a decode step (batch at
-// a context); its cost is the sum of theirs. One sweep group: prefill at
-// prefill_batch x prompt and decode at decode_batch x context, for the dense
-// models of the run; args carry the model's layers and vocabulary (step times).
+// a context), on one GPU or tensor-parallel over `gpus`; its cost is the sum of
+// one GPU's ops. One sweep group: prefill at prefill_batch x prompt and decode at
+// decode_batch x context, for the dense models of the run, at each GPU count;
+// args carry the model's layers and vocabulary (step times).
 #include "phasebench/ops/layer.hpp"
 
 #include "phasebench/checked.hpp"
@@ -11,7 +12,7 @@
 namespace phasebench {
 
 OpRequest layer_request(const ModelConfig& m, Phase phase, std::uint64_t batch, std::uint64_t n, DType dtype,
-                        std::uint64_t seed) {
+                        std::uint64_t seed, std::uint64_t gpus) {
   const bool prefill = phase == Phase::prefill;
   OpRequest r;
   r.kind = kLayer;
@@ -20,6 +21,7 @@ OpRequest layer_request(const ModelConfig& m, Phase phase, std::uint64_t batch, 
   r.impl = Impl::own;
   r.shape = {{"B", batch},           {"S", prefill ? n : 1},   {"L", prefill ? 0 : n}, {"h", m.hidden},
              {"I", m.intermediate}, {"Hq", m.heads},           {"Hkv", m.kv_heads},    {"D", m.head_dim}};
+  if (gpus != 1) r.shape.set("gpus", gpus);
   r.options = OpOptions(LayerOptions{m.norms_per_layer});
   r.seed = seed;
   return r;
@@ -38,13 +40,17 @@ ModelConfig layer_model(const OpRequest& r) {
   return m;
 }
 
+std::uint64_t layer_gpus(const OpRequest& r) { return r.shape.get("gpus", 1); }
+
+ModelConfig layer_shard(const OpRequest& r) { return tensor_parallel_shard(layer_model(r), layer_gpus(r)); }
+
 StepShape layer_step(const OpRequest& r) {
   if (r.phase == Phase::prefill) return {Phase::prefill, r.shape["B"], r.shape["S"], 0};
   return {Phase::decode, r.shape["B"], 1, r.shape["L"]};
 }
 
 std::vector<LayerOp> layer_request_ops(const OpRequest& r) {
-  return layer_ops(layer_model(r), layer_step(r), Precision::from(r.dtype, r.dtype));
+  return layer_ops(layer_shard(r), layer_step(r), Precision::from(r.dtype, r.dtype));
 }
 
 namespace {
@@ -55,11 +61,11 @@ OpCost cost(const OpRequest& r) {
   return c;
 }
 
-// Every buffer a layer benchmark allocates: the layer's weights, the
+// Every buffer a layer benchmark allocates on one GPU: the shard's weights, the
 // activations between its ops (one buffer each, none reused), the contiguous
 // KV cache and the positions.
 std::uint64_t footprint(const OpRequest& r) {
-  const ModelConfig m = layer_model(r);
+  const ModelConfig m = layer_shard(r);
   const StepShape st = layer_step(r);
   const auto M = mul(st.batch, st.new_tokens, "tokens");
   const auto h = m.hidden, I = m.intermediate;
@@ -87,14 +93,16 @@ nlohmann::json shape_json(const OpRequest& r) {
 
 PHASEBENCH_DECLARE_OPS(layer) {
   using namespace phasebench;
-  registry.declare(OpDecl{kLayer, {"B", "S", "L", "h", "I", "Hq", "Hkv", "D"}, cost, footprint, shape_json});
+  // "gpus" only in tensor-parallel requests.
+  registry.declare(OpDecl{kLayer, {"B", "S", "L", "h", "I", "Hq", "Hkv", "D", "gpus"}, cost, footprint, shape_json});
   registry.group(SweepGroup{
       .name = "layer",
       .help = "whole layers of dense, full-attention models: prefill at prefill_batch x prompt, decode at decode_batch x "
-              "context",
+              "context; tensor-parallel over N GPUs with --gpus 1,N",
       .order = 60,
       .axes = {prefill_batch_axis("prefill_batch", "prefill batch sizes"), prompt_axis("prompt", "prefill prompt lengths"),
-               attention_batch_axis("decode_batch", "decode batch sizes"), context_axis("context", "decode context lengths")},
+               attention_batch_axis("decode_batch", "decode batch sizes"), context_axis("context", "decode context lengths"),
+               gpus_axis("GPUs each layer is sharded over (tensor parallelism, NCCL all-reduces; 1: one GPU)", {1}, {1})},
       .points = [](const SweepScope& sc) {
         const ModelConfig& m = *sc.model;
         std::vector<Point> pts;
@@ -103,21 +111,27 @@ PHASEBENCH_DECLARE_OPS(layer) {
         // layers (experts, windows, chunks, q/k norms, sinks, MLA) have no whole-layer points.
         if (m.experts || !m.windows.empty() || !m.chunks.empty() || m.qk_norm || m.attention_sinks || m.uses_mla())
           return pts;
-        auto add_point = [&](Phase ph, std::uint64_t B, std::uint64_t n) {
+        // One GPU's points are named as before; a sharded one ends in /gpus:N.
+        auto add_point = [&](Phase ph, std::uint64_t B, std::uint64_t n, std::uint64_t g) {
           const bool prefill = ph == Phase::prefill;
-          auto p = make_point(std::string(to_string(ph)), m.name, "", m.name, layer_request(m, ph, B, n, sc.dtype),
-                              {{"batch", B, "batch"},
-                               {prefill ? "prompt" : "context", n, prefill ? "prompt" : "context"},
-                               {"layers", m.layers, ""},
-                               {"vocab", m.vocab, ""}},
-                              false);
+          std::vector<PointArg> args{{"batch", B, "batch"},
+                                     {prefill ? "prompt" : "context", n, prefill ? "prompt" : "context"},
+                                     {"layers", m.layers, ""},
+                                     {"vocab", m.vocab, ""}};
+          if (g > 1) args.push_back({"gpus", g, "gpus"});
+          auto p = make_point(std::string(to_string(ph)), m.name, "", m.name,
+                              layer_request(m, ph, B, n, sc.dtype, 0x5eed, g), args, false);
           p.request.name = p.name;
           pts.push_back(std::move(p));
         };
-        for (auto B : (*sc.axes)["prefill_batch"])
-          for (auto S : (*sc.axes)["prompt"]) add_point(Phase::prefill, B, S);
-        for (auto B : (*sc.axes)["decode_batch"])
-          for (auto L : (*sc.axes)["context"]) add_point(Phase::decode, B, L);
+        // A GPU count the model's heads or widths do not divide by makes points that
+        // are skipped with tensor_parallel_shard's reason (their cost cannot be formed).
+        for (auto g : (*sc.axes)["gpus"]) {
+          for (auto B : (*sc.axes)["prefill_batch"])
+            for (auto S : (*sc.axes)["prompt"]) add_point(Phase::prefill, B, S, g);
+          for (auto B : (*sc.axes)["decode_batch"])
+            for (auto L : (*sc.axes)["context"]) add_point(Phase::decode, B, L, g);
+        }
         return pts;
       }});
 }

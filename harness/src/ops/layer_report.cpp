@@ -1,6 +1,8 @@
 // What a whole-layer point reports (phasebench/report.hpp): its "layer" block,
 // the measured layer and step times beside the analytical model's prediction for
-// the run's GPU, and the summary section that lists them.
+// the run's GPU (sharded over the point's GPUs, all-reduces and their latency
+// included), a tensor-parallel point beside the same point on one GPU, and the
+// summary sections that list them.
 #include <fmt/format.h>
 
 #include <string>
@@ -35,15 +37,17 @@ struct Secs {
 nlohmann::json layer_json(const Point& p, double measured_layer_s, const RunView& run) {
   const auto& r = p.request;
   const auto arg = [&](const char* k) -> std::uint64_t { return p.args.count(k) ? p.args.at(k) : 0; };
-  const std::uint64_t layers = arg("layers"), vocab = arg("vocab");
+  const std::uint64_t layers = arg("layers"), vocab = arg("vocab"), gpus = layer_gpus(r);
   const auto step = layer_step(r);
   nlohmann::json j;
   j["layers"] = layers;
+  j["gpus"] = gpus;
   j["step"] = step.phase == Phase::prefill ? "ttft" : "per_token";
   j["measured_layer_s"] = measured_layer_s;
   // The prediction: analytical.hpp's estimate() for this model, batch and length
-  // on the matched datasheet entry; the layer is the sum of its per-layer ops.
-  Secs pred_layer, pred_lm_head;
+  // on the matched datasheet entry (with --tp of the point's GPUs); the layer is
+  // the sum of its per-layer ops, the all-reduces' link time and latency included.
+  Secs pred_layer, pred_lm_head, pred_all_reduce;
   if (run.spec && layers > 0) {
     ModelConfig m = layer_model(r);
     m.name = p.model;
@@ -55,31 +59,43 @@ nlohmann::json layer_json(const Point& p, double measured_layer_s, const RunView
     in.context = step.phase == Phase::decode ? step.context : 1;
     in.dtype = in.kv_dtype = r.dtype;
     in.ceiling = CeilingSource::datasheet;
+    in.tp = gpus;
     try {
       const auto e = estimate(m, *run.spec, in);
       const auto& ph = step.phase == Phase::prefill ? e.prefill : e.decode;
-      double sum = 0;
+      double sum = 0, lm = 0, all_reduce = 0;
       for (const auto& o : ph.ops) {
-        if (o.op.name == "lm_head")
-          pred_lm_head.set(o.time_s);
-        else if (o.op.name != "embed" && o.op.name != "final_norm")
+        // Outside a layer: the embedding (and its all-reduce), the final norm; the
+        // vocabulary projection (and, sharded, the logits' all-gather) is lm_head's.
+        if (o.op.name == "lm_head" || o.op.name == "logits_all_gather")
+          lm += o.time_s;
+        else if (o.op.name != "embed" && o.op.name != "final_norm" && o.op.name != "embed_all_reduce")
           sum += o.time_s;
+        if (o.op.kind == "all_reduce" && o.op.name != "embed_all_reduce") all_reduce += o.time_s;
       }
       pred_layer.set(sum);
+      pred_lm_head.set(lm);
+      if (gpus > 1) {
+        pred_all_reduce.set(all_reduce);
+        j["latency_source"] = LinkModel::of(*run.spec).latency_source;
+      }
       j["gpu_spec"] = run.spec->key;
     } catch (const std::exception& ex) {
       j["prediction_error"] = ex.what();
       pred_layer = Secs{};
       pred_lm_head = Secs{};
+      pred_all_reduce = Secs{};
     }
   }
+  if (gpus > 1) j["predicted_all_reduce_s"] = pred_all_reduce.json();
   j["predicted_layer_s"] = pred_layer.json();
   j["ceiling_source"] = pred_layer.ok ? nlohmann::json("datasheet") : nlohmann::json(nullptr);
   // lm_head: the fastest measured decode GEMV/linear point of the same model,
-  // batch and dtype in this run; else the predicted time.
+  // batch and dtype in this run (one GPU's: the whole vocabulary); else the predicted time.
   Secs lm_head;
   std::string lm_source;
   run.each_point([&](const Point& q) {
+    if (gpus > 1) return;  // sharded, lm_head is the vocabulary's shard and the logits' all-gather: predicted
     if (q.op != kLinear || q.phase != "decode" || q.target != "lm_head" || q.model != p.model || q.request.dtype != r.dtype) return;
     if (!q.args.count("batch") || q.args.at("batch") != step.batch) return;
     const auto t = run.median_s(q);
@@ -90,7 +106,29 @@ nlohmann::json layer_json(const Point& p, double measured_layer_s, const RunView
   });
   if (!lm_head.ok && pred_lm_head.ok) {
     lm_head = pred_lm_head;
-    lm_source = "predicted (no lm_head GEMV point of this model, batch and dtype in the run)";
+    lm_source = gpus > 1 ? "predicted (sharded over the GPUs: the vocabulary's shard and the logits' all-gather)"
+                         : "predicted (no lm_head GEMV point of this model, batch and dtype in the run)";
+  }
+  // Sharded: the same layer point on one GPU in this run, and the speedup over it.
+  if (gpus > 1) {
+    Secs one;
+    std::string one_name;
+    run.each_point([&](const Point& q) {
+      if (q.op != kLayer || layer_gpus(q.request) != 1 || q.model != p.model || q.phase != p.phase ||
+          q.request.dtype != r.dtype || q.request.shape["B"] != r.shape["B"] || q.request.shape["S"] != r.shape["S"] ||
+          q.request.shape["L"] != r.shape["L"])
+        return;
+      if (const auto t = run.median_s(q)) {
+        one.set(*t);
+        one_name = q.name;
+      }
+    });
+    j["one_gpu_layer_s"] = one.json();
+    j["one_gpu_point"] = one.ok ? nlohmann::json(one_name) : nlohmann::json(nullptr);
+    const bool speed = one.ok && measured_layer_s > 0;
+    j["speedup"] = speed ? nlohmann::json(finite_or_null(one.v / measured_layer_s)) : nlohmann::json(nullptr);
+    j["scaling_efficiency"] =
+        speed ? nlohmann::json(finite_or_null(one.v / measured_layer_s / static_cast<double>(gpus))) : nlohmann::json(nullptr);
   }
   j["lm_head_s"] = lm_head.json();
   j["lm_head_source"] = lm_head.ok ? nlohmann::json(lm_source) : nlohmann::json(nullptr);
@@ -144,6 +182,33 @@ std::string layers_section(const SummaryInput& in) {
   return out + rows;
 }
 
+// Tensor-parallel layers: each beside the same layer on one GPU and the model.
+std::string tensor_parallel_section(const SummaryInput& in) {
+  std::string rows;
+  auto ms = [](const nlohmann::json& v) {
+    return v.is_number() ? fmt::format("{:.3f} ms", v.get<double>() * 1e3) : std::string("-");
+  };
+  auto num = [](const nlohmann::json& v, const char* f) {
+    return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : std::string("-");
+  };
+  for (const auto* b : in.standing) {
+    const auto& p = b->at("phasebench");
+    if (p.value("status", "") != "ok" || !p.contains("layer") || p.at("layer").value("gpus", 1) <= 1) continue;
+    const auto& l = p.at("layer");
+    rows += fmt::format("  {:<58} {:>4} {:>12} {:>12} {:>8} {:>12} {:>12}\n", b->value("name", ""), l.value("gpus", 1),
+                        ms(l.at("measured_layer_s")), ms(l.value("one_gpu_layer_s", nlohmann::json())),
+                        num(l.value("speedup", nlohmann::json()), "{:.2f}x"), ms(l.at("predicted_layer_s")),
+                        ms(l.value("predicted_all_reduce_s", nlohmann::json())));
+  }
+  if (rows.empty()) return "";
+  std::string out =
+      "\ntensor-parallel layers: sharded over N GPUs (NCCL all-reduces after attention and after the MLP), timed as\n"
+      "  the step sees it (the slowest rank), beside the same layer on one GPU and the model (all-reduce: its part)\n";
+  out += fmt::format("  {:<58} {:>4} {:>12} {:>12} {:>8} {:>12} {:>12}\n", "point", "gpus", "layer", "1 GPU", "speedup",
+                     "predicted", "all-reduce");
+  return out + rows;
+}
+
 }  // namespace
 
 }  // namespace phasebench
@@ -152,4 +217,5 @@ PHASEBENCH_DECLARE_OPS(layer_report) {
   using namespace phasebench;
   registry.point_report(PointReport{kLayer, layer_json, per_step});
   registry.section(SummarySection{"whole layer", 80, layers_section});
+  registry.section(SummarySection{"tensor-parallel layers", 81, tensor_parallel_section});
 }

@@ -1,7 +1,8 @@
 #pragma once
 // The whole-layer operation (harness/src/ops/layer.cpp): the ops of one
 // transformer layer (model.hpp's layer_ops) run in sequence, for a prefill step
-// (batch x prompt) or a decode step (batch at a context).
+// (batch x prompt) or a decode step (batch at a context), on one GPU or
+// tensor-parallel over several (each GPU its shard, all-reduces between).
 #include <cstdint>
 #include <vector>
 
@@ -20,12 +21,18 @@ struct LayerOptions {
   int norms_per_layer = 2;  // RMSNorms per layer (Gemma's sandwich norms: 4)
 };
 
+// With `gpus` > 1 the layer is sharded over that many GPUs as
+// tensor_parallel_shard (model.hpp) shards it; the shape then has "gpus" (absent: 1).
 OpRequest layer_request(const ModelConfig& m, Phase phase, std::uint64_t batch, std::uint64_t n, DType dtype,
-                        std::uint64_t seed = 0x5eed);
-// The model config a layer request's dimensions describe (layers = 1, vocab = 0),
-// its step, and the layer's ops from model.hpp's layer_ops (the single definition
-// of what a layer runs and costs).
+                        std::uint64_t seed = 0x5eed, std::uint64_t gpus = 1);
+// The model config a layer request's dimensions describe (the whole layer:
+// layers = 1, vocab = 0), the GPUs it is sharded over, one GPU's shard of it
+// (tensor_parallel_shard; the model itself for one GPU), its step, and one GPU's
+// ops from model.hpp's layer_ops (the single definition of what a layer runs and
+// costs; with all-reduces after attention and after the MLP when sharded).
 ModelConfig layer_model(const OpRequest& r);
+std::uint64_t layer_gpus(const OpRequest& r);
+ModelConfig layer_shard(const OpRequest& r);
 StepShape layer_step(const OpRequest& r);
 std::vector<LayerOp> layer_request_ops(const OpRequest& r);
 

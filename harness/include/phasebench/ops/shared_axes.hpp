@@ -20,6 +20,9 @@ AxisDecl attention_batch_axis(std::string name, std::string help);
 AxisDecl context_axis(std::string name, std::string help);
 // The paged KV cache's page size in tokens (--page-size, a multiple of 16): one value.
 AxisDecl page_size_axis();
+// GPUs a point spans (NCCL ranks, one a GPU; 1 to 72): the collectives and the
+// tensor-parallel whole layers; `phasebench run --gpus` sets it in every group that has it.
+AxisDecl gpus_axis(std::string help, std::vector<std::uint64_t> gpu_default, std::vector<std::uint64_t> cpu_default);
 
 // The models the attention groups (decode, prefill, KV append) run for: grouped-query
 // attention, every model but the MLA ones (whose attention is latent_attention's;

@@ -1,0 +1,41 @@
+#pragma once
+// NCCL beside the CUDA ops that call it (collectives.cu, layer_tp.cu): the error
+// check, the version as text, and our dtypes as NCCL's. Host code; include only
+// where NCCL is built (nccl.h).
+#include <nccl.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "phasebench/dtype.hpp"
+
+#define PB_NCCL_CHECK(call)                                                                                        \
+  do {                                                                                                             \
+    const ncclResult_t pb_nccl_result = (call);                                                                    \
+    if (pb_nccl_result != ncclSuccess)                                                                             \
+      throw std::runtime_error(std::string("NCCL: ") + #call + ": " + ncclGetErrorString(pb_nccl_result) + " (" + \
+                               ncclGetLastError(nullptr) + ")");                                                   \
+  } while (0)
+
+namespace phasebench::cuda {
+
+inline std::optional<ncclDataType_t> nccl_type(DType t) {
+  switch (t) {
+    case DType::bf16: return ncclBfloat16;
+    case DType::fp16: return ncclFloat16;
+    case DType::fp32: return ncclFloat32;
+    default: return std::nullopt;
+  }
+}
+
+// "2.28.9"; "unknown" where NCCL does not say.
+inline std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL_VERSION's encoding: X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z after.
+  const int major = v >= 10000 ? v / 10000 : v / 1000, minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10, patch = v % 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+}  // namespace phasebench::cuda

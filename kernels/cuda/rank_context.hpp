@@ -1,0 +1,43 @@
+#pragma once
+// What an op that spans several GPUs of this process needs for each of them
+// beyond the backend's device (collectives.cu, layer_tp.cu): a scope that makes
+// a device current, and a Context of its own on another device (stream,
+// cuBLAS(Lt) handles, workspace), made and released like the backend's.
+#include <cstddef>
+
+#include "cuda/cuda_common.hpp"
+
+namespace phasebench::cuda {
+
+// The cuBLASLt workspace of a Context (the backend's and every rank's alike, so
+// cuBLASLt's heuristic sees the same limit on each GPU).
+inline constexpr std::size_t kCublasLtWorkspaceBytes = 64ull << 20;
+
+// Makes `device` current for a scope, then the previous device again.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// A Context on `device`: a non-blocking stream of its own, cuBLAS and cuBLASLt
+// handles bound to it, a workspace, the device's facts; released with it.
+class RankContext {
+ public:
+  explicit RankContext(int device);
+  ~RankContext();
+  RankContext(const RankContext&) = delete;
+  RankContext& operator=(const RankContext&) = delete;
+  Context& get() { return ctx_; }
+
+ private:
+  void release() noexcept;
+  Context ctx_;
+};
+
+}  // namespace phasebench::cuda
