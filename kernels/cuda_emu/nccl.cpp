@@ -14,20 +14,41 @@
 // writes every output: the inputs are read before any output is written, so
 // in-place calls are right. Like the rest of pb_emu, nothing runs until
 // something waits for a stream, so a missing synchronisation shows.
-// Not emulated (refused with the reason): ranks in other processes, send/recv,
-// user-defined reduction ops, graph capture of collectives, config options.
+//
+// Ranks in other processes of this machine (one a process, as mpirun starts
+// them): ncclCommInitRank outside a group (where NCCL blocks until every rank
+// has joined) joins through a shared-memory segment named by the id, and waits
+// for the other processes' ranks. Each of its collectives runs when its op runs
+// on the rank's stream: the rank writes its call and input into a segment of
+// that collective's own, waits for every rank's, checks that the calls match,
+// computes its own output from all the inputs, and waits until every rank has
+// read them before the segment goes. A rank that never calls is an error after
+// a timeout (PB_EMU_NCCL_TIMEOUT_S, 60 by default), not a hang. Nodes apart are
+// not emulated (the segments are this machine's).
+// Not emulated (refused with the reason): send/recv, user-defined reduction
+// ops, graph capture of collectives, config options.
 #include <cuda_runtime.h>
+#include <fcntl.h>
 #include <nccl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../common/numeric.hpp"
@@ -187,8 +208,13 @@ struct Call {
 
 }  // namespace
 
+namespace {
+struct Remote;
+}
+
 struct ncclComm {
-  std::shared_ptr<Clique> clique;
+  std::shared_ptr<Clique> clique;   // ranks of this process (ncclCommInitAll, or ncclCommInitRank in a group)
+  std::shared_ptr<Remote> remote;   // or: one rank of a communicator over processes
   int rank = 0;
   int device = 0;
   bool finalized = false;
@@ -376,18 +402,229 @@ ncclResult_t launch(std::vector<Call> calls) {
   return ncclSuccess;
 }
 
+// ---- ranks in other processes ---------------------------------------------------------
+
+// A communicator over processes, as one of its ranks sees it: the segments' base
+// name (from the id), its size and rank, and how many collectives it has issued
+// (every rank issues the same sequence, so the n-th names one segment on all).
+struct Remote {
+  std::string base;
+  int nranks = 0, rank = 0;
+  std::uint64_t issued = 0;
+};
+
+constexpr int kMaxRemoteRanks = 64;
+
+// The start of every segment: counters the ranks meet at, and each rank's call.
+struct SegmentHeader {
+  std::atomic<int> arrived, read, left;
+  struct Sig {
+    int kind, type, op, root;
+    std::uint64_t count;
+    int pid;
+  } sig[kMaxRemoteRanks];
+};
+constexpr std::size_t kHeaderBytes = (sizeof(SegmentHeader) + 4095) / 4096 * 4096;
+
+double timeout_s() {
+  const char* v = std::getenv("PB_EMU_NCCL_TIMEOUT_S");
+  const double t = v ? std::atof(v) : 0;
+  return t > 0 ? t : 60;
+}
+
+// A shared-memory segment of `bytes`, created by the first rank to open it.
+class Segment {
+ public:
+  Segment(const std::string& name, std::size_t bytes) : name_(name), bytes_(bytes) {
+    const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+    if (fd < 0) throw std::runtime_error("shm_open(" + name + "): " + std::strerror(errno));
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || (static_cast<std::size_t>(st.st_size) < bytes && ftruncate(fd, static_cast<off_t>(bytes)) != 0)) {
+      const std::string why = std::strerror(errno);
+      close(fd);
+      throw std::runtime_error("sizing the shared segment " + name + ": " + why);
+    }
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap(" + name + "): " + std::strerror(errno));
+    base_ = static_cast<unsigned char*>(p);
+  }
+  ~Segment() { munmap(base_, bytes_); }
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  SegmentHeader& header() { return *reinterpret_cast<SegmentHeader*>(base_); }
+  unsigned char* data() { return base_ + kHeaderBytes; }
+  void unlink() { shm_unlink(name_.c_str()); }
+
+ private:
+  std::string name_;
+  std::size_t bytes_;
+  unsigned char* base_ = nullptr;
+};
+
+// Waits until `counter` reaches n; false after the timeout.
+bool wait_for(const std::atomic<int>& counter, int n) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s());
+  while (counter.load(std::memory_order_acquire) < n) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return true;
+}
+
+std::string segment_base(const ncclUniqueId& id) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a of the id
+  for (char ch : id.internal) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "/pb_emu_nccl_%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// ncclCommInitRank outside a group: joins the communicator's segment and waits
+// for every rank, as NCCL's blocking init does.
+ncclResult_t join_remote(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank, int device) {
+  if (nranks > kMaxRemoteRanks)
+    return fail(ncclInvalidArgument, "ncclCommInitRank: " + std::to_string(nranks) + " ranks over processes; the emulation takes up to " +
+                                         std::to_string(kMaxRemoteRanks));
+  auto remote = std::make_shared<Remote>();
+  remote->base = segment_base(id);
+  remote->nranks = nranks;
+  remote->rank = rank;
+  try {
+    Segment seg(remote->base + "_init", kHeaderBytes);
+    auto& h = seg.header();
+    h.sig[rank].pid = static_cast<int>(getpid());
+    h.arrived.fetch_add(1, std::memory_order_acq_rel);
+    if (!wait_for(h.arrived, nranks)) {
+      seg.unlink();
+      return fail(ncclSystemError, "ncclCommInitRank: rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
+                                       " waited " + std::to_string(static_cast<int>(timeout_s())) +
+                                       " s for the other ranks to join (PB_EMU_NCCL_TIMEOUT_S): every process must call it with the same id");
+    }
+    h.read.fetch_add(1, std::memory_order_acq_rel);
+    if (!wait_for(h.read, nranks)) return fail(ncclSystemError, "ncclCommInitRank: a rank left while joining");
+    if (h.left.fetch_add(1, std::memory_order_acq_rel) == nranks - 1) seg.unlink();
+  } catch (const std::exception& e) {
+    return fail(ncclSystemError, std::string("ncclCommInitRank over processes: ") + e.what());
+  }
+  auto* c = new ncclComm;
+  c->remote = std::move(remote);
+  c->rank = rank;
+  c->device = device;
+  *comm = c;
+  return ncclSuccess;
+}
+
+// One rank's part of collective number `seq` of a communicator over processes
+// (run as its op on the rank's stream): see the file's opening comment.
+cudaError_t exchange(const Remote& rm, const Call& c, std::uint64_t seq) {
+  const int n = rm.nranks, me = rm.rank;
+  const std::size_t e = type_bytes(c.type);
+  std::size_t slot = 0;
+  for (int r = 0; r < n; ++r) slot = std::max(slot, buffer_counts(c, r, n).first * e);
+  const std::string what = std::string(kind_name(c.kind)) + " #" + std::to_string(seq) + " (rank " +
+                           std::to_string(me) + " of " + std::to_string(n) + ")";
+  try {
+    Segment seg(rm.base + "_" + std::to_string(seq), kHeaderBytes + static_cast<std::size_t>(n) * slot);
+    auto& h = seg.header();
+    h.sig[me] = {static_cast<int>(c.kind), static_cast<int>(c.type), static_cast<int>(c.op), c.root,
+                 static_cast<std::uint64_t>(c.count), static_cast<int>(getpid())};
+    const std::size_t sn = buffer_counts(c, me, n).first;
+    if (sn) std::memcpy(seg.data() + static_cast<std::size_t>(me) * slot, c.send, sn * e);
+    h.arrived.fetch_add(1, std::memory_order_acq_rel);
+    auto give_up = [&](const std::string& why) {
+      pb_emu::sticky_error(cudaErrorLaunchFailure, "pb_emu NCCL: " + what + ": " + why);
+      return cudaErrorLaunchFailure;
+    };
+    if (!wait_for(h.arrived, n)) {
+      seg.unlink();  // nobody else will: this rank gives up on it
+      return give_up("waited " + std::to_string(static_cast<int>(timeout_s())) +
+                     " s for the other ranks' calls (PB_EMU_NCCL_TIMEOUT_S): every rank must make the same calls");
+    }
+    for (int r = 0; r < n; ++r) {
+      const auto& a = h.sig[0];
+      const auto& b = h.sig[r];
+      if (a.kind != b.kind || a.type != b.type || a.op != b.op || a.root != b.root || a.count != b.count) {
+        Call other = c;
+        other.kind = static_cast<Kind>(b.kind);
+        other.type = static_cast<ncclDataType_t>(b.type);
+        other.op = static_cast<ncclRedOp_t>(b.op);
+        other.root = b.root;
+        other.count = b.count;
+        Call first = other;
+        first.kind = static_cast<Kind>(a.kind);
+        first.type = static_cast<ncclDataType_t>(a.type);
+        first.op = static_cast<ncclRedOp_t>(a.op);
+        first.root = a.root;
+        first.count = a.count;
+        // Every rank sees the same mismatch: each leaves, the last removes the segment.
+        if (h.left.fetch_add(1, std::memory_order_acq_rel) == n - 1) seg.unlink();
+        return give_up("the ranks' calls do not match: rank 0 called " + describe(first) + ", rank " + std::to_string(r) +
+                       " " + describe(other));
+      }
+    }
+    // Every rank's input from the segment; this rank's output into its buffer, the others' into scratch.
+    std::vector<Call> calls(static_cast<std::size_t>(n), c);
+    std::vector<std::vector<unsigned char>> scratch(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      auto& k = calls[static_cast<std::size_t>(r)];
+      k.send = seg.data() + static_cast<std::size_t>(r) * slot;
+      if (r != me) {
+        scratch[static_cast<std::size_t>(r)].resize(std::max<std::size_t>(1, buffer_counts(c, r, n).second * e));
+        k.recv = scratch[static_cast<std::size_t>(r)].data();
+      }
+    }
+    compute(calls);
+    h.read.fetch_add(1, std::memory_order_acq_rel);
+    if (!wait_for(h.read, n)) return give_up("another rank did not finish reading the inputs");
+    if (h.left.fetch_add(1, std::memory_order_acq_rel) == n - 1) seg.unlink();
+  } catch (const std::exception& ex) {
+    pb_emu::sticky_error(cudaErrorLaunchFailure, "pb_emu NCCL: " + what + ": " + ex.what());
+    return cudaErrorLaunchFailure;
+  }
+  return cudaSuccess;
+}
+
+// A call of a rank over processes: its buffers checked, then one op on its stream.
+ncclResult_t launch_remote(const Call& c) {
+  Remote& rm = *c.comm->remote;
+  if (auto why = check_buffers(c, rm.rank, rm.nranks); !why.empty())
+    return fail(ncclInvalidArgument, std::string(kind_name(c.kind)) + " on rank " + std::to_string(rm.rank) + ": " + why);
+  if (pb_emu::stream_capturing(c.stream))
+    return fail(ncclInvalidUsage, "capturing NCCL calls into a CUDA graph is not emulated");
+  const std::uint64_t seq = rm.issued++;
+  pb_emu::Op op;
+  op.what = std::string(kind_name(c.kind)) + " (rank " + std::to_string(rm.rank) + " of " + std::to_string(rm.nranks) +
+            ", over processes)";
+  op.capturable = false;
+  op.counted = "library";
+  const auto [sn, rn] = buffer_counts(c, rm.rank, rm.nranks);
+  op.bytes_read = sn * type_bytes(c.type);
+  op.bytes_written = rn * type_bytes(c.type);
+  auto remote = c.comm->remote;
+  op.run = [remote, c, seq] { return exchange(*remote, c, seq); };
+  if (pb_emu::enqueue(c.stream, std::move(op)) != cudaSuccess)
+    return fail(ncclUnhandledCudaError, std::string("enqueueing ") + kind_name(c.kind) + " failed: " +
+                                            cudaGetErrorString(cudaGetLastError()));
+  return ncclSuccess;
+}
+
 // Queues calls for their ranks and launches every collective all of whose ranks
 // have called; a clique left with a rank that called and one that did not is an
 // error: one thread drives every rank here, so the missing call would never come
 // (NCCL itself would hang).
 ncclResult_t submit(std::vector<Call> calls) {
   std::vector<std::shared_ptr<Clique>> touched;
+  ncclResult_t result = ncclSuccess;
   for (Call& c : calls) {
+    if (c.comm->remote) {  // a rank over processes: its call goes alone, in order
+      if (ncclResult_t r = launch_remote(c); r != ncclSuccess && result == ncclSuccess) result = r;
+      continue;
+    }
     auto cl = c.comm->clique;
     if (std::find(touched.begin(), touched.end(), cl) == touched.end()) touched.push_back(cl);
     cl->pending[static_cast<std::size_t>(c.comm->rank)].push_back(c);
   }
-  ncclResult_t result = ncclSuccess;
   for (const auto& cl : touched) {
     while (std::all_of(cl->pending.begin(), cl->pending.end(), [](const auto& q) { return !q.empty(); })) {
       std::vector<Call> matched;
@@ -415,12 +652,14 @@ ncclResult_t submit(std::vector<Call> calls) {
 ncclResult_t check_comm(ncclComm_t comm, const char* call) {
   if (!comm) return fail(ncclInvalidArgument, std::string(call) + ": the communicator is null");
   if (comm->finalized) return fail(ncclInvalidUsage, std::string(call) + ": the communicator was finalized");
+  if (comm->remote) return ncclSuccess;
   const auto& cl = *comm->clique;
   for (int r = 0; r < cl.nranks; ++r)
     if (!cl.comms[static_cast<std::size_t>(r)])
       return fail(ncclInvalidUsage, std::string(call) + ": rank " + std::to_string(r) + " of " +
                                         std::to_string(cl.nranks) +
-                                        " has not joined the communicator (ranks in other processes are not emulated)");
+                                        " has not joined the communicator (its ncclCommInitRank must be in the same "
+                                        "group, or, in another process, outside any group)");
   return ncclSuccess;
 }
 
@@ -431,7 +670,7 @@ ncclResult_t collective(Call c, const char* call) {
   if (c.op < ncclSum || c.op >= ncclNumOps)
     return fail(ncclInvalidArgument, std::string(call) + ": reduction op " + std::to_string(static_cast<int>(c.op)) +
                                          " is not built in (user-defined ops are not emulated)");
-  if (c.root < 0 || c.root >= c.comm->clique->nranks)
+  if (c.root < 0 || c.root >= (c.comm->remote ? c.comm->remote->nranks : c.comm->clique->nranks))
     return fail(ncclInvalidArgument, std::string(call) + ": root " + std::to_string(c.root) + " is not a rank");
   const int sd = pb_emu::stream_device(c.stream);
   if (sd < 0) return fail(ncclInvalidArgument, std::string(call) + ": the stream is not a stream");
@@ -496,13 +735,24 @@ ncclResult_t ncclGetVersion(int* version) {
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   if (!id) return fail(ncclInvalidArgument, "ncclGetUniqueId: null");
   std::memset(id->internal, 0, sizeof id->internal);
-  std::snprintf(id->internal, sizeof id->internal, "pb_emu-nccl-%llu", static_cast<unsigned long long>(++g_ids));
+  // Unique over the processes of the machine and over time (its segments' names come from it).
+  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  std::snprintf(id->internal, sizeof id->internal, "pb_emu-nccl-%d-%llu-%llx", static_cast<int>(getpid()),
+                static_cast<unsigned long long>(++g_ids), static_cast<unsigned long long>(now));
   return ncclSuccess;
 }
 
+// In a group: a rank of this process (one thread drives several); outside one,
+// with other ranks: a rank over processes (NCCL's init blocks until all join).
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
   int device = 0;
   cudaGetDevice(&device);
+  if (g_group_depth == 0 && nranks > 1) {
+    if (!comm) return fail(ncclInvalidArgument, "ncclCommInitRank: comm is null");
+    if (rank < 0 || rank >= nranks)
+      return fail(ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) + " of " + std::to_string(nranks));
+    return join_remote(comm, nranks, id, rank, device);
+  }
   return join(comm, nranks, id, rank, device);
 }
 
@@ -530,7 +780,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm) return ncclSuccess;
-  comm->clique->comms[static_cast<std::size_t>(comm->rank)] = nullptr;
+  if (comm->clique) comm->clique->comms[static_cast<std::size_t>(comm->rank)] = nullptr;
   delete comm;
   return ncclSuccess;
 }
@@ -539,7 +789,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
   if (!comm || !count) return fail(ncclInvalidArgument, "ncclCommCount: null");
-  *count = comm->clique->nranks;
+  *count = comm->remote ? comm->remote->nranks : comm->clique->nranks;
   return ncclSuccess;
 }
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {

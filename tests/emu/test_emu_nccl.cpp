@@ -4,10 +4,17 @@
 // reduction, counts that do not divide by the rank count, in place and out of
 // place; the misuses it reports (ranks that disagree, a rank that never calls,
 // buffers on the wrong device or overlapping wrongly); and that a collective
-// waits for the work queued before it on every rank's stream.
+// waits for the work queued before it on every rank's stream. Ranks in two
+// processes (this test binary starts itself again as rank 1): the collectives,
+// in place too, a mismatch and a rank that never calls.
 #if __has_include(<nccl.h>)
 #include <nccl.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <cmath>
 #include <cstdint>
@@ -394,6 +401,176 @@ TEST(EmuNccl, ACollectiveRunsAfterTheWorkQueuedBeforeItOnEveryRank) {
   ASSERT_EQ(cudaStreamSynchronize(ranks.streams[1]), cudaSuccess);
   EXPECT_EQ(x1.get(), std::vector<int>(n, 3));
   cudaSetDevice(0);
+}
+
+// ---- ranks in two processes ---------------------------------------------------------
+
+// Rank r's element i: small integers, exact in every type and in their sums.
+int element(int r, std::size_t i) { return static_cast<int>((r * 7 + i * 3) % 17) - 8; }
+
+std::string to_hex(const ncclUniqueId& id) {
+  std::string h;
+  char b[3];
+  for (char c : id.internal) {
+    std::snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(c));
+    h += b;
+  }
+  return h;
+}
+
+ncclUniqueId from_hex(const std::string& h) {
+  ncclUniqueId id{};
+  for (std::size_t i = 0; i < sizeof id.internal && 2 * i + 1 < h.size(); ++i)
+    id.internal[i] = static_cast<char>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
+  return id;
+}
+
+// This binary again, as rank 1 of `scenario` (the test EmuNcclProcesses.RankOne).
+pid_t start_rank_one(const ncclUniqueId& id, const std::string& scenario) {
+  const std::string env_id = "PB_EMU_NCCL_TEST_ID=" + to_hex(id), env_sc = "PB_EMU_NCCL_TEST_SCENARIO=" + scenario;
+  std::vector<std::string> env_s{env_id, env_sc, "PB_EMU_NCCL_TIMEOUT_S=20"};
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "PB_EMU_NCCL_", 12) != 0) env_s.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe", filter = "--gtest_filter=EmuNcclProcesses.RankOne";
+  char* argv[] = {exe.data(), filter.data(), nullptr};
+  pid_t pid = 0;
+  EXPECT_EQ(posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()), 0);
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+// One rank of the two-process scenarios: joins outside a group (blocking until
+// the other process joins), runs the collectives and checks its own outputs.
+void run_rank(int me, const ncclUniqueId& id, const std::string& scenario) {
+  ASSERT_EQ(cudaSetDevice(me), cudaSuccess);
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(ncclCommInitRank(&comm, 2, id, me), ncclSuccess) << ncclGetLastError(nullptr);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  int count = 0;
+  EXPECT_EQ(ncclCommCount(comm, &count), ncclSuccess);
+  EXPECT_EQ(count, 2);
+  if (scenario == "absent") {  // rank 1 joins and leaves; rank 0's call waits in vain
+    if (me == 0) {
+      pb_emu_test::Dev<float> a(8);
+      ASSERT_EQ(ncclAllReduce(a.p, a.p, 8, ncclFloat32, ncclSum, comm, s), ncclSuccess);
+      const cudaError_t e = cudaStreamSynchronize(s);
+      EXPECT_NE(e, cudaSuccess);
+      EXPECT_NE(std::string(cudaGetErrorString(e)).find("waited 1 s for the other ranks' calls"), std::string::npos)
+          << cudaGetErrorString(e);
+    }
+  } else if (scenario == "mismatch") {
+    pb_emu_test::Dev<float> a(16);
+    ASSERT_EQ(ncclAllReduce(a.p, a.p, me == 0 ? 16 : 15, ncclFloat32, ncclSum, comm, s), ncclSuccess);
+    const cudaError_t e = cudaStreamSynchronize(s);
+    EXPECT_NE(e, cudaSuccess);
+    EXPECT_NE(std::string(cudaGetErrorString(e)).find("do not match"), std::string::npos) << cudaGetErrorString(e);
+  } else {
+    // float32, then int32 (exact), through every collective phasebench calls; 1001 elements (odd) and 5 or 13 a rank.
+    for (bool ints : {false, true}) {
+      const ncclDataType_t t = ints ? ncclInt32 : ncclFloat32;
+      auto vals = [&](int r, std::size_t n, std::size_t from = 0) {
+        std::vector<float> f;
+        for (std::size_t i = 0; i < n; ++i) f.push_back(static_cast<float>(element(r, from + i)));
+        return f;
+      };
+      auto as = [&](const std::vector<float>& f) {  // bit patterns of the type, in a float vector's storage
+        std::vector<float> out(f.size());
+        for (std::size_t i = 0; i < f.size(); ++i) {
+          if (ints) {
+            const std::int32_t v = static_cast<std::int32_t>(f[i]);
+            std::memcpy(&out[i], &v, 4);
+          } else {
+            out[i] = f[i];
+          }
+        }
+        return out;
+      };
+      auto back = [&](float x) {
+        if (!ints) return static_cast<double>(x);
+        std::int32_t v;
+        std::memcpy(&v, &x, 4);
+        return static_cast<double>(v);
+      };
+      const std::size_t N = 1001;
+      pb_emu_test::Dev<float> send(N), recv(N);
+      send.set(as(vals(me, N)));
+      ASSERT_EQ(ncclAllReduce(send.p, recv.p, N, t, ncclSum, comm, s), ncclSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+      auto got = recv.get();
+      for (std::size_t i = 0; i < N; ++i) ASSERT_EQ(back(got[i]), element(0, i) + element(1, i)) << "all-reduce " << i;
+      // In place.
+      ASSERT_EQ(ncclAllReduce(send.p, send.p, N, t, ncclSum, comm, s), ncclSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      got = send.get();
+      for (std::size_t i = 0; i < N; ++i) ASSERT_EQ(back(got[i]), element(0, i) + element(1, i)) << "in place " << i;
+      // All-gather of 5 a rank, in place (rank r's part at r * 5).
+      pb_emu_test::Dev<float> g(10);
+      auto mine = as(vals(me, 5));
+      ASSERT_EQ(cudaMemcpy(g.p + me * 5, mine.data(), 20, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(ncclAllGather(g.p + me * 5, g.p, 5, t, comm, s), ncclSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      got = g.get();
+      for (std::size_t i = 0; i < 10; ++i) ASSERT_EQ(back(got[i]), element(static_cast<int>(i / 5), i % 5)) << "all-gather " << i;
+      // Reduce-scatter of 13 a rank, and all-to-all of 7 a peer.
+      pb_emu_test::Dev<float> rs_in(26), rs_out(13), a2a_in(14), a2a_out(14);
+      rs_in.set(as(vals(me, 26)));
+      a2a_in.set(as(vals(me, 14)));
+      ASSERT_EQ(ncclReduceScatter(rs_in.p, rs_out.p, 13, t, ncclSum, comm, s), ncclSuccess);
+      ASSERT_EQ(ncclAlltoAll(a2a_in.p, a2a_out.p, 7, t, comm, s), ncclSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      got = rs_out.get();
+      for (std::size_t i = 0; i < 13; ++i)
+        ASSERT_EQ(back(got[i]), element(0, me * 13 + i) + element(1, me * 13 + i)) << "reduce-scatter " << i;
+      got = a2a_out.get();
+      for (std::size_t i = 0; i < 14; ++i)
+        ASSERT_EQ(back(got[i]), element(static_cast<int>(i / 7), me * 7 + i % 7)) << "all-to-all " << i;
+    }
+  }
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  cudaStreamDestroy(s);
+}
+
+// Rank 1 of a scenario, started by the tests below (skipped when run alone).
+TEST(EmuNcclProcesses, RankOne) {
+  const char* id = std::getenv("PB_EMU_NCCL_TEST_ID");
+  const char* scenario = std::getenv("PB_EMU_NCCL_TEST_SCENARIO");
+  if (!id || !scenario) GTEST_SKIP() << "rank 1 of the two-process tests: they start it";
+  Devices d(2);
+  run_rank(1, from_hex(id), scenario);
+}
+
+TEST(EmuNcclProcesses, CollectivesOverTwoProcesses) {
+  Devices d(2);
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  const pid_t child = start_rank_one(id, "collectives");
+  run_rank(0, id, "collectives");
+  EXPECT_EQ(wait_exit(child), 0) << "rank 1's process failed (its output above)";
+}
+
+TEST(EmuNcclProcesses, MismatchedCallsAndAnAbsentRankAreErrorsNotHangs) {
+  Devices d(2);
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  pid_t child = start_rank_one(id, "mismatch");
+  run_rank(0, id, "mismatch");
+  EXPECT_EQ(wait_exit(child), 0) << "rank 1's process failed (its output above)";
+  pb_emu::reset_after_failure_for_tests();
+  setenv("PB_EMU_NCCL_TIMEOUT_S", "1", 1);
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  child = start_rank_one(id, "absent");
+  run_rank(0, id, "absent");
+  unsetenv("PB_EMU_NCCL_TIMEOUT_S");
+  EXPECT_EQ(wait_exit(child), 0) << "rank 1's process failed (its output above)";
 }
 
 }  // namespace
