@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include "phasebench/analytical.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
+#include "phasebench/processes.hpp"
 #include "phasebench/gpu_specs.hpp"
 #include "phasebench/json_fields.hpp"
 #include "phasebench/json_file.hpp"
@@ -390,6 +392,48 @@ int profile_points(Backend& backend, const std::vector<const Point*>& points) {
 }
 
 // The results file's context: what ran, on what, how the numbers are meant.
+// Every rank of the run (one without mpirun): its host and GPU, in rank order.
+nlohmann::json processes_json(const Backend& backend) {
+  Processes& procs = processes();
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  const auto& dev = backend.device();
+  const nlohmann::json mine = {{"rank", procs.rank()},
+                               {"local_rank", procs.local_rank()},
+                               {"host", host},
+                               {"device", dev.name},
+                               {"pci_bus_id", dev.details.value("pci_bus_id", "")}};
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& text : procs.all_gather(mine.dump())) all.push_back(nlohmann::json::parse(text));
+  return {{"count", procs.size()},
+          {"launcher", procs.size() > 1 ? "mpi" : "none"},
+          {"ranks", std::move(all)}};
+}
+
+// Under mpirun or srun (more than one rank): every point spans the ranks, one a
+// GPU. The groups that have a gpus axis run at the rank count (--gpus, if given,
+// must say it); those that do not are refused, as they would run N times alone.
+void spanning_sweep(SweepConfig& cfg, const RunFlags& f) {
+  const int n = processes().size();
+  const std::string ranks = "under mpirun with " + std::to_string(n) + " ranks";
+  if (!f.gpus.empty() && f.gpus != std::to_string(n))
+    throw InputError("--gpus " + quote_value(f.gpus) + ": " + ranks + " every point spans all of them (one rank a GPU); "
+                     "give --gpus " + std::to_string(n) + " or leave it out");
+  std::vector<std::string> spanning, alone;
+  for (const auto& g : OpRegistry::get().groups()) {
+    const bool has = std::any_of(g.axes.begin(), g.axes.end(), [](const AxisDecl& a) { return a.name == "gpus"; });
+    if (has) {
+      spanning.push_back(g.name);
+      if (!cfg.axes[g.name].sizes.count("gpus")) set_axis(cfg, g.name + ".gpus=" + std::to_string(n));
+    }
+    if (!has && cfg.groups.count(g.name)) alone.push_back(g.name);
+  }
+  if (!alone.empty())
+    throw InputError("--ops " + join_words(alone) + ": " + ranks + " only points that span the ranks run (" +
+                     join_words(spanning, ", ") + "); run the others without mpirun");
+  if (cfg.groups.empty()) cfg.groups.insert(spanning.begin(), spanning.end());
+}
+
 nlohmann::json run_context(Backend& backend, const std::string& why, const RunFlags& f, const RunOptions& opts, int argc,
                            char** argv) {
   nlohmann::json pctx;
@@ -407,6 +451,7 @@ nlohmann::json run_context(Backend& backend, const std::string& why, const RunFl
   for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
   pctx["command_line"] = cmdline;
   pctx["warnings"] = opts.warnings;  // what the summary repeats: contexts beyond a model's positions
+  pctx["processes"] = processes_json(backend);
   for (const auto& r : OpRegistry::get().records()) pctx[r.key] = nlohmann::json::array();  // filled in when the sweep ends
   pctx["beyond_caches_bytes"] = kBeyondCachesFactor * backend.device().cache_bytes;  // points' "beyond_caches"
   const auto& stop = opts.stop;
@@ -457,7 +502,20 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
   auto pctx = run_context(backend, why, f, ctx.options(), argc, argv);
   pctx["machine_load"] = load_json(load_before, std::nullopt, cpus);
   // Refuses now (before any measuring) a path it must not replace or that another run writes.
-  ResultsFile file(path, std::move(pctx), f.overwrite);
+  // Under mpirun rank 0 writes the file (each point is already the slowest rank's);
+  // the others keep theirs in memory, and all stop if rank 0 cannot write.
+  Processes& procs = processes();
+  std::unique_ptr<ResultsFile> owned;
+  std::string refused;
+  try {
+    owned = procs.rank() == 0 ? std::make_unique<ResultsFile>(path, std::move(pctx), f.overwrite)
+                              : std::make_unique<ResultsFile>(ResultsFile::InMemory{}, std::move(pctx));
+  } catch (const InputError& e) {
+    refused = e.what();
+  }
+  if (procs.size() > 1) refused = procs.first_of(refused);
+  if (!refused.empty()) throw InputError(refused);
+  ResultsFile& file = *owned;
   file.exit_cleanly_on_interrupt("results");
   if (!f.no_calibrate) {
     std::cerr << "phasebench: measuring ceilings (--no-calibrate to skip)...\n";
@@ -481,6 +539,7 @@ int measure(Backend& backend, const std::string& why, const RunFlags& f, const S
     for (const auto& r : OpRegistry::get().records()) file.set_phasebench_field(r.key, r.make(standing, run));
   }
   file.write();
+  if (procs.rank() != 0) return ctx.errored_points().empty() ? 0 : 1;  // rank 0 reports
   if (!f.no_summary) std::cout << summarize(file.document());
   std::cout << "\nresults: " << path << "\n";
   const auto errored = ctx.errored_points();
@@ -559,12 +618,21 @@ int cmd_run(int argc, char** argv) {
     if (ropts.ceiling == CeilingSource::theoretical) throw InputError("--roofline takes measured or datasheet");
     std::string alias_note;
     SweepConfig cfg = sweep_config(f, app.count("--model") > 0 || std::getenv("PHASEBENCH_MODEL") != nullptr, alias_note);
+    Processes& procs = processes();
+    if (procs.size() > 1) {
+      spanning_sweep(cfg, f);
+      // Rank 0 prints the tables and the summary; the others' stderr still says what each does.
+      if (procs.rank() != 0 && !std::freopen("/dev/null", "w", stdout)) throw InputError("cannot silence rank stdout");
+    }
 
     std::string why;
     auto backend = make_backend(f.backend, &why);
     std::cerr << "phasebench: " << why << "\n";
     apply_defaults(cfg, *backend);
     ropts.stop = stop_rule(f, *backend, has_flag(argc, argv, "--benchmark_min_time"));
+    if (procs.size() > 1 && !ropts.stop.by_noise)
+      throw InputError("under mpirun the ranks sample each point in lockstep until its noise settles (--max-noise); "
+                       "Google Benchmark's --benchmark_min_time loop would take a different count on each rank");
     // NVML's energy counter moves every few tens of ms, RAPL's every millisecond.
     ropts.energy_window_s = energy_window.value_or(backend->device().backend == "cuda" ? 0.5 : 0.1);
     const auto points = build_sweep(cfg, *backend, &ropts.warnings);
@@ -584,14 +652,19 @@ int cmd_run(int argc, char** argv) {
     }
     if (f.verify_only) {
       const auto c = verify_points(*backend, selected, std::cout);
-      return c.wrong + c.errors > 0 ? 1 : 0;
+      const bool bad = c.wrong + c.errors > 0;
+      return (procs.size() > 1 ? procs.any(bad) : bad) ? 1 : 0;
     }
     if (f.profile) return profile_points(*backend, selected);
     BenchContext ctx(*backend, ropts);
     register_points(ctx, points);
     return measure(*backend, why, f, cfg, ctx, selected.size() * reps, argc, argv);
   } catch (const InputError& e) {
-    return input_error(e.what());
+    const int status = input_error(e.what());
+    // Under mpirun a rank may meet what the others did not (a device, the results
+    // file): stop them all rather than leave them waiting for it.
+    if (processes().size() > 1) processes().abort_all(status);
+    return status;
   }
 }
 

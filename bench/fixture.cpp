@@ -12,6 +12,7 @@
 
 #include "phasebench/error.hpp"
 #include "phasebench/json_fields.hpp"
+#include "phasebench/processes.hpp"
 
 namespace phasebench {
 
@@ -124,14 +125,25 @@ bool BenchContext::take_sample(const Point& p, bool pair, PointOutcome& out, std
   topts.range_name = p.name;
   // The paired read goes outside the timed region (manual time; it also leaves the caches cold).
   const std::optional<double> read = pair ? backend_.paired_read() : std::nullopt;
-  const Sample s = backend_.time(*op_, topts);
+  // Ranks started by mpirun sample in lockstep (every point spans them): they
+  // start each sample together, each sample is the slowest rank's time (the step
+  // waits for it), and a sample one rank rejects is rejected by all.
+  Processes& procs = processes();
+  const bool lockstep = procs.size() > 1;
+  if (lockstep) procs.any(false);  // a barrier
+  Sample s = backend_.time(*op_, topts);
+  if (lockstep) s.seconds = procs.max(s.seconds);
+  bool low_clock = false;
   if (s.sm_mhz) {
     run_max_mhz_ = std::max(run_max_mhz_, *s.sm_mhz);
-    if (*s.sm_mhz < opts_.clock_ratio * run_max_mhz_ && out.rejected_low_clock < kMaxRejectedPerPoint) {
-      out.rejected_min_mhz = out.rejected_low_clock ? std::min(out.rejected_min_mhz, *s.sm_mhz) : *s.sm_mhz;
-      ++out.rejected_low_clock;
-      return false;
-    }
+    low_clock = *s.sm_mhz < opts_.clock_ratio * run_max_mhz_;
+  }
+  if (lockstep) low_clock = procs.any(low_clock);
+  if (low_clock && out.rejected_low_clock < kMaxRejectedPerPoint) {
+    const double mhz = s.sm_mhz.value_or(0);
+    out.rejected_min_mhz = out.rejected_low_clock ? std::min(out.rejected_min_mhz, mhz) : mhz;
+    ++out.rejected_low_clock;
+    return false;
   }
   if (read && *read > 0 && s.seconds > 0) {
     out.paired_read.push_back(*read);
@@ -178,7 +190,9 @@ bool BenchContext::time_samples(benchmark::State& st, const Point& p, PointOutco
           if (!out.converged.has_value()) out.converged = true;  // one call that did not stays false
           break;
         }
-        if (std::chrono::duration<double>(Clock::now() - t0).count() >= rule.max_time_s) {
+        bool time_up = std::chrono::duration<double>(Clock::now() - t0).count() >= rule.max_time_s;
+        if (processes().size() > 1) time_up = processes().any(time_up);  // every rank stops at the same sample
+        if (time_up) {
           out.stop_reason = "max_time";
           out.converged = false;
           break;
@@ -231,7 +245,7 @@ void BenchContext::measure_energy(PointOutcome& out) {
     backend_.synchronize();
     runs += batch;
     elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  } while (elapsed < opts_.energy_window_s);
+  } while (processes().size() > 1 ? processes().any(elapsed < opts_.energy_window_s) : elapsed < opts_.energy_window_s);
   const auto e1 = backend_.energy();
   if (!e1.ok) {
     out.energy_error = e1.error;

@@ -70,6 +70,13 @@ class SignalsHeld {
 
 }  // namespace
 
+ResultsFile::ResultsFile(InMemory, nlohmann::json phasebench_context) : in_memory_(true) {
+  doc_ = {{"context", nlohmann::json::object()}, {"benchmarks", nlohmann::json::array()}};
+  doc_["context"]["phasebench"] = std::move(phasebench_context);
+  doc_["context"]["phasebench"]["schema_version"] = kResultsSchemaVersion;
+  doc_["context"]["phasebench"]["complete"] = false;
+}
+
 ResultsFile::ResultsFile(std::string path, nlohmann::json phasebench_context, bool overwrite)
     : path_(std::move(path)), lock_(path_ + ".lock"), tmp_(path_ + ".tmp") {
   doc_ = {{"context", nlohmann::json::object()}, {"benchmarks", nlohmann::json::array()}};
@@ -121,6 +128,7 @@ ResultsFile::~ResultsFile() {
 }
 
 void ResultsFile::exit_cleanly_on_interrupt(const std::string& what) {
+  if (in_memory_) return;  // nothing on disk to keep whole
   copy_into(g_lock, lock_);
   copy_into(g_tmp, tmp_);
   copy_into(g_after_first_point, "\nphasebench: interrupted; " + what + " of the finished points are in " + path_ +
@@ -173,6 +181,7 @@ void ResultsFile::set_phasebench_field(const std::string& key, nlohmann::json va
 void ResultsFile::set_complete(bool complete) { doc_["context"]["phasebench"]["complete"] = complete; }
 
 void ResultsFile::write() {
+  if (in_memory_) return;
   // Before the first point (or the end) there is nothing the old file, or no file, should give way to.
   const bool has_content = !doc_["benchmarks"].empty() || doc_["context"]["phasebench"]["complete"] == true;
   if (written_ || has_content) write_to_path(false);

@@ -32,6 +32,9 @@ inline constexpr int kOldestReadableSchemaVersion = 1;
 class ResultsFile {
  public:
   ResultsFile(std::string path, nlohmann::json phasebench_context, bool overwrite = false);
+  // A document kept in memory only, never written (the ranks of an mpirun run but rank 0).
+  struct InMemory {};
+  ResultsFile(InMemory, nlohmann::json phasebench_context);
   ~ResultsFile();
   ResultsFile(const ResultsFile&) = delete;
   ResultsFile& operator=(const ResultsFile&) = delete;
@@ -57,7 +60,7 @@ class ResultsFile {
   void take_lock();
   void write_to_path(bool trial);
   std::string path_, lock_, tmp_;
-  bool locked_ = false, existed_ = false, written_ = false, handling_signals_ = false;
+  bool locked_ = false, existed_ = false, written_ = false, handling_signals_ = false, in_memory_ = false;
   nlohmann::json doc_;
 };
 

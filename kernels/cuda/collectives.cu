@@ -23,6 +23,7 @@
 #include "cuda/cuda_op.hpp"
 #include "cuda/nccl_util.hpp"
 #include "cuda/rank_context.hpp"
+#include "phasebench/processes.hpp"
 #include "phasebench/checked.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/collectives.hpp"
@@ -44,8 +45,12 @@ int device_count() {
 std::optional<std::string> unsupported(const OpRequest& r, const Context&) {
   const auto count = r.shape["count"], n = r.shape["gpus"];
   if (count == 0 || n == 0) return "a collective needs at least one element and one GPU";
+  const auto procs = static_cast<std::uint64_t>(processes().size());
+  if (procs > 1 && n != procs)
+    return "under mpirun with " + std::to_string(procs) + " ranks a collective spans every rank (one a process): gpus " +
+           std::to_string(n) + " is not " + std::to_string(procs);
   const int have = device_count();
-  if (n > static_cast<std::uint64_t>(have))
+  if (procs == 1 && n > static_cast<std::uint64_t>(have))
     return "needs " + std::to_string(n) + " GPUs (one NCCL rank a GPU); this machine shows " + std::to_string(have) +
            " (CUDA_VISIBLE_DEVICES)";
   if (r.kind != kAllReduce && count % n != 0)
@@ -69,35 +74,80 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
  public:
   CollectivesOp(Context& ctx, const OpRequest& r)
       : ctx_(ctx), r_(r), type_(*nccl_type(r.dtype)), count_(r.shape["count"]), n_(r.shape["gpus"]) {
-    const int have = device_count();
     const auto a = element_bytes(r.dtype);
     std::tie(send_n_, recv_n_) = collective_rank_elements(r.kind, count_, n_);
-    ranks_.resize(n_);
-    for (std::uint64_t i = 0; i < n_; ++i) {
-      ranks_[i].device = (ctx.device + static_cast<int>(i)) % have;
-      devices_.push_back(ranks_[i].device);
+    Processes& procs = processes();
+    spans_processes_ = procs.size() > 1;
+    // This process's ranks: all of them on its devices, or (over processes) its own on the backend's device.
+    if (spans_processes_) {
+      global_.push_back(static_cast<std::uint64_t>(procs.rank()));
+      devices_.push_back(ctx.device);
+    } else {
+      const int have = device_count();
+      for (std::uint64_t i = 0; i < n_; ++i) {
+        global_.push_back(i);
+        devices_.push_back((ctx.device + static_cast<int>(i)) % have);
+      }
     }
-    std::vector<ncclComm_t> comms(n_);
-    PB_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(n_), devices_.data()));
-    for (std::uint64_t i = 0; i < n_; ++i) ranks_[i].comm = comms[i];
+    ranks_.resize(global_.size());
     {
       DeviceScope on(ctx.device);
       PB_CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
     }
-    for (std::uint64_t i = 0; i < n_; ++i) {
-      Rank& k = ranks_[i];
-      DeviceScope on(k.device);
-      PB_CUDA_CHECK(cudaStreamCreateWithFlags(&k.stream, cudaStreamNonBlocking));
-      PB_CUDA_CHECK(cudaEventCreateWithFlags(&k.done, cudaEventDisableTiming));
-      k.send = DeviceBuffer(mul(send_n_, a, "collective bytes"));
-      k.recv = DeviceBuffer(mul(recv_n_, a, "collective bytes"));
-      fill_random(k.send.get(), r.dtype, send_n_, r.seed + 1 + i, 1.0f, k.stream);
-      PB_CUDA_CHECK(cudaMemsetAsync(k.recv.get(), 0xff, k.recv.bytes(), k.stream));
-      PB_CUDA_CHECK(cudaStreamSynchronize(k.stream));
+    std::string failed;
+    try {
+      for (std::size_t i = 0; i < ranks_.size(); ++i) {
+        Rank& k = ranks_[i];
+        k.device = devices_[i];
+        DeviceScope on(k.device);
+        PB_CUDA_CHECK(cudaStreamCreateWithFlags(&k.stream, cudaStreamNonBlocking));
+        PB_CUDA_CHECK(cudaEventCreateWithFlags(&k.done, cudaEventDisableTiming));
+        k.send = DeviceBuffer(mul(send_n_, a, "collective bytes"));
+        k.recv = DeviceBuffer(mul(recv_n_, a, "collective bytes"));
+        fill_random(k.send.get(), r.dtype, send_n_, r.seed + 1 + global_[i], 1.0f, k.stream);
+        PB_CUDA_CHECK(cudaMemsetAsync(k.recv.get(), 0xff, k.recv.bytes(), k.stream));
+        PB_CUDA_CHECK(cudaStreamSynchronize(k.stream));
+      }
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+    if (spans_processes_) {
+      // Every rank ready before NCCL's init, which waits for all of them.
+      const std::string first = procs.first_of(failed.empty() ? std::string() : "rank " + std::to_string(procs.rank()) + ": " + failed);
+      if (!first.empty()) {
+        release();  // the destructor does not run for a constructor that throws
+        throw std::runtime_error(first);
+      }
+      ncclUniqueId id{};
+      if (procs.rank() == 0 && ncclGetUniqueId(&id) != ncclSuccess) id = ncclUniqueId{};
+      procs.broadcast(&id, sizeof id, 0);
+      DeviceScope on(ctx.device);
+      init_or_release([&] { PB_NCCL_CHECK(ncclCommInitRank(&ranks_[0].comm, static_cast<int>(n_), id, procs.rank())); });
+    } else {
+      if (!failed.empty()) {
+        release();
+        throw std::runtime_error(failed);
+      }
+      std::vector<ncclComm_t> comms(n_);
+      init_or_release([&] { PB_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(n_), devices_.data())); });
+      for (std::uint64_t i = 0; i < n_; ++i) ranks_[i].comm = comms[i];
     }
   }
 
-  ~CollectivesOp() override {
+  // NCCL's init, or everything released (the destructor does not run for a constructor that throws).
+  template <class F>
+  void init_or_release(F&& init) {
+    try {
+      init();
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  ~CollectivesOp() override { release(); }
+
+  void release() noexcept {
     for (Rank& k : ranks_) {
       DeviceScope on(k.device);
       if (k.stream) cudaStreamSynchronize(k.stream);
@@ -106,8 +156,10 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
       if (k.stream) cudaStreamDestroy(k.stream);
       k.send = DeviceBuffer();
       k.recv = DeviceBuffer();
+      k = Rank{};
     }
     if (start_) cudaEventDestroy(start_);
+    start_ = nullptr;
   }
 
   void run() override {
@@ -135,10 +187,7 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
 
   std::vector<float> output_values() override { return received(0); }
 
-  // Every element of every rank's receive buffer against the reference over the
-  // ranks' inputs. Sums may round once a hop (a ring's n-1 partial sums in the
-  // type): n^2 unit roundoffs of slack, far below an input's size (|x| <= 1);
-  // moved elements must match exactly.
+  // Runs once and checks the receive buffers (check_received).
   void verify() override {
     run();
     PB_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
@@ -147,21 +196,15 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
       corrupt_for_test(true, ranks_.back().recv.get(), element_bytes(r_.dtype), ranks_.back().stream);
       PB_CUDA_CHECK(cudaStreamSynchronize(ranks_.back().stream));
     }
-    std::vector<std::vector<float>> inputs;
-    for (std::uint64_t i = 0; i < n_; ++i) {
-      DeviceScope on(ranks_[i].device);
-      inputs.push_back(download_as_float(ranks_[i].send.get(), r_.dtype, send_n_, ranks_[i].stream));
+    std::string wrong;
+    try {
+      check_received();
+    } catch (const VerificationError& e) {
+      wrong = e.what();
     }
-    const auto want = reference::collective(r_.kind, inputs, count_);
-    const bool sums = r_.kind == kAllReduce || r_.kind == kReduceScatter;
-    const double u = r_.dtype == DType::bf16 ? std::ldexp(1.0, -9) : r_.dtype == DType::fp16 ? std::ldexp(1.0, -12)
-                                                                                             : std::ldexp(1.0, -24);
-    const double n = static_cast<double>(n_);
-    const reference::Tolerance tol{sums ? n * n * u : 0.0, 0.0};
-    for (std::uint64_t i = 0; i < n_; ++i)
-      reference::check_close(received(i), want[i], tol,
-                             r_.kind + " (" + std::string(to_string(r_.dtype)) + ", " + std::to_string(count_) +
-                                 " elements over " + std::to_string(n_) + " GPUs) on rank " + std::to_string(i));
+    // Over processes, every rank fails with the first rank's mismatch (or none does).
+    const std::string first = spans_processes_ ? processes().first_of(wrong) : wrong;
+    if (!first.empty()) throw VerificationError(first);
   }
 
   std::map<std::string, std::string> notes() const override {
@@ -179,6 +222,34 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
   const std::vector<int>& devices() const override { return devices_; }
 
  private:
+  // Every element of this process's ranks' receive buffers against the
+  // reference over every rank's input (this process's downloaded, the others'
+  // made on the host from their seeds, as fill_random makes them). Sums may round
+  // once a hop (a ring's n-1 partial sums in the type): n^2 unit roundoffs of
+  // slack, far below an input's size (|x| <= 1); moved elements must match exactly.
+  void check_received() {
+    std::vector<std::vector<float>> inputs(n_);
+    for (std::uint64_t g = 0; g < n_; ++g) {
+      std::vector<unsigned char> raw(send_n_ * element_bytes(r_.dtype));
+      reference::fill_random(raw.data(), r_.dtype, send_n_, r_.seed + 1 + g, 1.0f);
+      inputs[g] = reference::to_float(raw.data(), r_.dtype, send_n_);
+    }
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      DeviceScope on(ranks_[i].device);
+      inputs[global_[i]] = download_as_float(ranks_[i].send.get(), r_.dtype, send_n_, ranks_[i].stream);
+    }
+    const auto want = reference::collective(r_.kind, inputs, count_);
+    const bool sums = r_.kind == kAllReduce || r_.kind == kReduceScatter;
+    const double u = r_.dtype == DType::bf16 ? std::ldexp(1.0, -9) : r_.dtype == DType::fp16 ? std::ldexp(1.0, -12)
+                                                                                             : std::ldexp(1.0, -24);
+    const double n = static_cast<double>(n_);
+    const reference::Tolerance tol{sums ? n * n * u : 0.0, 0.0};
+    for (std::size_t i = 0; i < ranks_.size(); ++i)
+      reference::check_close(received(i), want[global_[i]], tol,
+                             r_.kind + " (" + std::string(to_string(r_.dtype)) + ", " + std::to_string(count_) +
+                                 " elements over " + std::to_string(n_) + " GPUs) on rank " + std::to_string(global_[i]));
+  }
+
   std::vector<float> received(std::uint64_t i) {
     DeviceScope on(ranks_[i].device);
     PB_CUDA_CHECK(cudaStreamSynchronize(ranks_[i].stream));
@@ -189,7 +260,9 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
   OpRequest r_;
   ncclDataType_t type_;
   std::uint64_t count_, n_, send_n_ = 0, recv_n_ = 0;
-  std::vector<Rank> ranks_;
+  bool spans_processes_ = false;  // started by mpirun: one rank of n_ here
+  std::vector<Rank> ranks_;       // this process's ranks
+  std::vector<std::uint64_t> global_;  // their ranks in the communicator
   std::vector<int> devices_;
   cudaEvent_t start_ = nullptr;
   bool fault_ = false;

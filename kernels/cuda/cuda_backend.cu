@@ -21,6 +21,7 @@
 #include "cuda/cuda_op.hpp"
 #include "cuda/nvml_clocks.hpp"
 #include "cuda/rank_context.hpp"
+#include "phasebench/processes.hpp"
 #include "cuda/rotating_graph.hpp"
 #include "cuda/stream_read.hpp"
 #include "phasebench/error.hpp"
@@ -735,11 +736,24 @@ std::unique_ptr<Backend> make_cuda_backend(std::string* why) {
     if (why) *why = "no CUDA device: cudaGetDeviceCount found none";
     return nullptr;
   }
-  try {
-    auto b = std::make_unique<cuda::CudaBackend>(0);
+  // One process: device 0 (CUDA_VISIBLE_DEVICES picks it). Ranks started by mpirun
+  // or srun: the node's rank k takes device k, as engines and nccl-tests place them.
+  const int local = processes().local_rank();
+  if (processes().size() > 1 && local >= count) {
     if (why)
-      *why = "CUDA device 0 of " + std::to_string(count) + ": " + b->device().name + " (compute capability " +
-             b->device().details.at("compute_capability").get<std::string>() + ")";
+      *why = "rank " + std::to_string(processes().rank()) + " is its node's rank " + std::to_string(local) +
+             ", and the node shows " + std::to_string(count) + " CUDA device(s): start at most one rank a GPU";
+    return nullptr;
+  }
+  const int device = processes().size() > 1 ? local : 0;
+  try {
+    auto b = std::make_unique<cuda::CudaBackend>(device);
+    if (why)
+      *why = "CUDA device " + std::to_string(device) + " of " + std::to_string(count) + ": " + b->device().name +
+             " (compute capability " + b->device().details.at("compute_capability").get<std::string>() + ")" +
+             (processes().size() > 1 ? ", rank " + std::to_string(processes().rank()) + " of " +
+                                           std::to_string(processes().size())
+                                     : std::string());
     return b;
   } catch (const std::exception& ex) {
     if (why) *why = std::string("a CUDA device is present but the CUDA backend could not start: ") + ex.what();

@@ -34,6 +34,7 @@
 #include "phasebench/error.hpp"
 #include "phasebench/nvtx.hpp"
 #include "phasebench/ops/layer.hpp"
+#include "phasebench/processes.hpp"
 
 namespace phasebench::cuda {
 
@@ -176,7 +177,16 @@ std::vector<float> LayerShard::output_all() {
 // The token's qkv_proj and rope through the reference; its K and V in this
 // shard's cache and its attention output against it; o_proj's partial output.
 std::vector<float> LayerShard::reference_attention_part(const reference::LayerWeights& w, const std::vector<float>& xn,
-                                                        int b, int s, const reference::Tolerance& tol) {
+                                                        int b, int s, const reference::Tolerance& tol, std::string& wrong) {
+  // A mismatch is kept (the first) and the reference goes on: over processes
+  // every rank must reach the sums of the partial outputs.
+  auto check = [&](const auto& compare) {
+    try {
+      compare();
+    } catch (const VerificationError& e) {
+      if (wrong.empty()) wrong = e.what();
+    }
+  };
   const DType t = r_.dtype;
   const std::size_t es = element_bytes(t);
   const std::size_t h = static_cast<std::size_t>(h_), D = static_cast<std::size_t>(D_),
@@ -218,9 +228,11 @@ std::vector<float> LayerShard::reference_attention_part(const reference::LayerWe
                                    qkv.begin() + static_cast<std::ptrdiff_t>(off + Nkv));
     const std::vector<double> sc(qkv_abs.begin() + static_cast<std::ptrdiff_t>(off),
                                  qkv_abs.begin() + static_cast<std::ptrdiff_t>(off + Nkv));
-    reference::check_close(got, want, tol,
-                           where.str() + ": its " + (which == 0 ? "K" : "V") + " in the cache (elements are kv_head * D + d)",
-                           &sc);
+    check([&] {
+      reference::check_close(got, want, tol,
+                             where.str() + ": its " + (which == 0 ? "K" : "V") + " in the cache (elements are kv_head * D + d)",
+                             &sc);
+    });
   }
   // attention: keys 0..pos, the token's own from the reference, the others from the cache.
   const float* own_k = qkv.data() + Nq;
@@ -243,8 +255,10 @@ std::vector<float> LayerShard::reference_attention_part(const reference::LayerWe
     // the outputs by less than a fixed atol at long contexts. The kernels' own
     // error (P rounding, 1-ulp differences of q and k) is a small fraction of
     // that RMS; the output rounding is rtol's.
-    reference::check_rows_close(got, std::vector<double>(attn.begin(), attn.end()), D, tol,
-                                where.str() + ": attention output (elements are q_head * D + d)");
+    check([&] {
+      reference::check_rows_close(got, std::vector<double>(attn.begin(), attn.end()), D, tol,
+                                  where.str() + ": attention output (elements are q_head * D + d)");
+    });
   }
   std::vector<float> o;
   reference::layer_linear(w, w.o, attn, h, o, nullptr);
@@ -348,19 +362,21 @@ void LayerShard::set_kernel_params(std::size_t ws_floats) {
 // o_proj's and down_proj's partial sums are rounded to the type on each GPU and
 // added by the all-reduce (rounding again), as the reference adds them.
 void verify_layer_token(const std::vector<LayerShard*>& shards, const std::vector<reference::LayerWeights>& w,
-                        const reference::Tolerance& tol, int b, int s) {
+                        const reference::Tolerance& tol, int b, int s, bool across_processes) {
   LayerShard& first = *shards.front();
   const DType t = w.front().t;
-  const bool sharded = shards.size() > 1;
+  const bool sharded = across_processes || shards.size() > 1;
   const std::size_t m = static_cast<std::size_t>(b) * first.step_tokens() + s;
+  std::string wrong;
   // attn_norm (the same input and scales on every rank) -> each shard's attention part -> the sum of o.
   const std::vector<float> xn = reference::layer_rmsnorm(w[0], first.input_row(m), w[0].attn_norm, kNormEps);
   std::vector<double> o_sum;
   for (std::size_t k = 0; k < shards.size(); ++k) {
-    const auto part = shards[k]->reference_attention_part(w[k], xn, b, s, tol);
+    const auto part = shards[k]->reference_attention_part(w[k], xn, b, s, tol, wrong);
     if (o_sum.empty()) o_sum.assign(part.size(), 0.0);
     for (std::size_t i = 0; i < part.size(); ++i) o_sum[i] += part[i];
   }
+  if (across_processes) processes().sum(o_sum);  // the other processes' shards' parts
   std::vector<float> o(o_sum.size());
   for (std::size_t i = 0; i < o.size(); ++i)
     o[i] = sharded ? reference::round_to(static_cast<float>(o_sum[i]), t) : static_cast<float>(o_sum[i]);
@@ -375,12 +391,23 @@ void verify_layer_token(const std::vector<LayerShard*>& shards, const std::vecto
       out_abs[i] += abs[i];
     }
   }
-  for (std::size_t k = 0; k < shards.size(); ++k) {
+  if (across_processes) {
+    processes().sum(out);
+    processes().sum(out_abs);
+  }
+  for (std::size_t k = 0; k < shards.size() && wrong.empty(); ++k) {
     std::ostringstream where;
     where << shards[k]->describe() << ", sequence " << b << ", token " << s;
-    reference::check_close(shards[k]->output_row(m), out, tol, where.str() + ": layer output (elements are hidden indices)",
-                           &out_abs);
+    try {
+      reference::check_close(shards[k]->output_row(m), out, tol,
+                             where.str() + ": layer output (elements are hidden indices)", &out_abs);
+    } catch (const VerificationError& e) {
+      wrong = e.what();
+    }
   }
+  // Over processes, every rank fails with the first rank's mismatch (or none does).
+  if (across_processes) wrong = processes().first_of(wrong);
+  if (!wrong.empty()) throw VerificationError(wrong);
 }
 
 std::vector<std::pair<int, int>> layer_tokens_to_verify(const LayerShard& sh) {
@@ -426,7 +453,7 @@ class WholeLayerOp final : public PreparedOp, public LayerOpAccess {
     corrupt_for_test(fault_, shard_.out(), shard_.hidden_elements() * 2, ctx_.stream);
     const std::vector<reference::LayerWeights> w{shard_.weights()};
     const auto tol = layer_tolerance(w.front().t);
-    for (const auto& [b, s] : layer_tokens_to_verify(shard_)) verify_layer_token({&shard_}, w, tol, b, s);
+    for (const auto& [b, s] : layer_tokens_to_verify(shard_)) verify_layer_token({&shard_}, w, tol, b, s, false);
   }
 
   std::vector<float> output_values() override { return output_as_float(); }

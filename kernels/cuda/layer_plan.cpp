@@ -15,6 +15,7 @@
 #include "cuda/prefill_attention_plan.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/layer.hpp"
+#include "phasebench/processes.hpp"
 
 namespace phasebench::cuda {
 
@@ -29,9 +30,13 @@ std::optional<std::string> layer_op_unsupported(const OpRequest& r, const Contex
   if (gpus > 1) {
     if (!tensor_parallel_layer_maker())
       return "layer: a tensor-parallel layer needs NCCL, and this build has none (no nccl.h was found at configure time)";
+    const auto procs = static_cast<std::uint64_t>(processes().size());
+    if (procs > 1 && gpus != procs)
+      return "layer: under mpirun with " + std::to_string(procs) + " ranks a tensor-parallel layer spans every rank (one "
+             "a process): gpus " + std::to_string(gpus) + " is not " + std::to_string(procs);
     int have = 0;
     if (cudaGetDeviceCount(&have) != cudaSuccess) have = 0;
-    if (gpus > static_cast<std::uint64_t>(have))
+    if (procs == 1 && gpus > static_cast<std::uint64_t>(have))
       return "layer: tensor-parallel over " + std::to_string(gpus) + " GPUs (one NCCL rank a GPU); this machine shows " +
              std::to_string(have) + " (CUDA_VISIBLE_DEVICES)";
   }

@@ -52,9 +52,10 @@ class LayerShard {
   // Of token (sequence b, token s of the step), from the normed input xn: the
   // shard's qkv_proj and RoPE through the reference, checked against its K and V
   // in the cache and its attention output; returns o_proj's output (the shard's
-  // partial sum when sharded), rounded as the kernels store it.
+  // partial sum when sharded), rounded as the kernels store it. The first
+  // mismatch goes into `wrong` (and the reference goes on).
   std::vector<float> reference_attention_part(const reference::LayerWeights& w, const std::vector<float>& xn, int b,
-                                              int s, const reference::Tolerance& tol);
+                                              int s, const reference::Tolerance& tol, std::string& wrong);
   // The shard's MLP part of a token from the normed o: down_proj's partial output
   // (rounded when `round_out`), its |x*w| sums into abs.
   std::vector<float> reference_mlp_part(const reference::LayerWeights& w, const std::vector<float>& xn2,
@@ -92,9 +93,12 @@ class LayerShard {
 // whole layer over its shards (one, or one a GPU with the partial sums of o_proj
 // and down_proj added as the all-reduces add them) and compares each shard's K
 // and V in the cache, its attention output and its layer output (after the
-// all-reduces: every rank holds the sum). VerificationError on a mismatch.
+// all-reduces: every rank holds the sum). `shards`: this process's;
+// `across_processes`: the others' are in the run's other processes (mpirun),
+// whose partial sums are added over MPI. VerificationError on a mismatch (over
+// processes, on every rank: the first rank's).
 void verify_layer_token(const std::vector<LayerShard*>& shards, const std::vector<reference::LayerWeights>& w,
-                        const reference::Tolerance& tol, int b, int s);
+                        const reference::Tolerance& tol, int b, int s, bool across_processes);
 // The tokens verify() follows: decode, the first and the last sequence; prefill,
 // the last token of the first sequence, the middle token of the last one and token 0.
 std::vector<std::pair<int, int>> layer_tokens_to_verify(const LayerShard& s);

@@ -12,8 +12,11 @@
 // backend's stream waits for an event recorded on each rank's stream, so its
 // timing events bracket the layer on every GPU. One launch a sample
 // (single_launch_only). No kernel of its own (the shards' are layer.cuh's and the
-// libraries'). Never run on a GPU yet: verified under the functional emulation's
-// devices and NCCL stand-in only.
+// libraries'). Started by mpirun or srun (more than one process), the layer
+// spans the processes instead: this process runs its rank's shard on the
+// backend's device, NCCL's ncclCommInitRank with rank 0's id broadcast, and
+// verify() adds the shards' partial sums over MPI. Never run on a GPU yet:
+// verified under the functional emulation's devices and NCCL stand-in only.
 #include <nccl.h>
 
 #include <memory>
@@ -28,6 +31,7 @@
 #include "cuda/rank_context.hpp"
 #include "phasebench/nvtx.hpp"
 #include "phasebench/ops/layer.hpp"
+#include "phasebench/processes.hpp"
 
 namespace phasebench::cuda {
 
@@ -45,23 +49,53 @@ struct Rank {
 class TensorParallelLayerOp final : public PreparedOp, public LayerOpAccess {
  public:
   TensorParallelLayerOp(Context& ctx, const OpRequest& r, const LayerPlan& plan)
-      : ctx_(ctx), dtype_(r.dtype), ranks_(static_cast<std::size_t>(plan.gpus)) {
-    int have = 0;
-    PB_CUDA_CHECK(cudaGetDeviceCount(&have));
+      : ctx_(ctx), dtype_(r.dtype), gpus_(plan.gpus) {
+    Processes& procs = processes();
+    spans_processes_ = procs.size() > 1;
+    std::string failed;
     try {
-      for (std::size_t i = 0; i < ranks_.size(); ++i) devices_.push_back((ctx.device + static_cast<int>(i)) % have);
+      // This process's ranks: every one on its devices, or (over processes) its own on the backend's device.
+      if (spans_processes_) {
+        global_.push_back(procs.rank());
+        devices_.push_back(ctx.device);
+      } else {
+        int have = 0;
+        PB_CUDA_CHECK(cudaGetDeviceCount(&have));
+        for (int i = 0; i < gpus_; ++i) {
+          global_.push_back(i);
+          devices_.push_back((ctx.device + i) % have);
+        }
+      }
+      ranks_.resize(global_.size());
       for (std::size_t i = 0; i < ranks_.size(); ++i) {
         Rank& k = ranks_[i];
         k.context = std::make_unique<RankContext>(devices_[i]);
         DeviceScope on(devices_[i]);
-        k.shard = std::make_unique<LayerShard>(k.context->get(), r, plan, static_cast<int>(i));
+        k.shard = std::make_unique<LayerShard>(k.context->get(), r, plan, global_[i]);
         PB_CUDA_CHECK(cudaEventCreateWithFlags(&k.done, cudaEventDisableTiming));
       }
-      std::vector<ncclComm_t> comms(ranks_.size());
-      PB_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), devices_.data()));
-      for (std::size_t i = 0; i < ranks_.size(); ++i) ranks_[i].comm = comms[i];
       DeviceScope on(ctx.device);
       PB_CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+    try {
+      if (spans_processes_) {
+        // Every rank ready before NCCL's init, which waits for all of them.
+        const std::string first =
+            procs.first_of(failed.empty() ? std::string() : "rank " + std::to_string(procs.rank()) + ": " + failed);
+        if (!first.empty()) throw std::runtime_error(first);
+        ncclUniqueId id{};
+        if (procs.rank() == 0 && ncclGetUniqueId(&id) != ncclSuccess) id = ncclUniqueId{};
+        procs.broadcast(&id, sizeof id, 0);
+        DeviceScope on(ctx.device);
+        PB_NCCL_CHECK(ncclCommInitRank(&ranks_[0].comm, gpus_, id, procs.rank()));
+      } else {
+        if (!failed.empty()) throw std::runtime_error(failed);
+        std::vector<ncclComm_t> comms(ranks_.size());
+        PB_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), devices_.data()));
+        for (std::size_t i = 0; i < ranks_.size(); ++i) ranks_[i].comm = comms[i];
+      }
     } catch (...) {
       release();  // the destructor does not run for a constructor that throws
       throw;
@@ -115,7 +149,8 @@ class TensorParallelLayerOp final : public PreparedOp, public LayerOpAccess {
       w.push_back(k.shard->weights());
     }
     const auto tol = layer_tolerance(dtype_);
-    for (const auto& [b, s] : layer_tokens_to_verify(*shards.front())) verify_layer_token(shards, w, tol, b, s);
+    for (const auto& [b, s] : layer_tokens_to_verify(*shards.front()))
+      verify_layer_token(shards, w, tol, b, s, spans_processes_);
   }
 
   std::vector<float> output_values() override { return output_as_float(); }
@@ -167,7 +202,10 @@ class TensorParallelLayerOp final : public PreparedOp, public LayerOpAccess {
 
   Context& ctx_;
   DType dtype_;
-  std::vector<Rank> ranks_;
+  int gpus_ = 1;
+  bool spans_processes_ = false;  // started by mpirun: one rank of gpus_ here
+  std::vector<Rank> ranks_;       // this process's ranks
+  std::vector<int> global_;       // their ranks in the communicator
   std::vector<int> devices_;
   cudaEvent_t start_ = nullptr;
   bool fault_ = false;

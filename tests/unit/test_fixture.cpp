@@ -8,6 +8,7 @@
 
 #include "bench_test_util.hpp"
 #include "fixture.hpp"
+#include "phasebench/processes.hpp"
 #include "summary.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/linear.hpp"
@@ -361,6 +362,54 @@ TEST_F(FixtureTest, SamplingStopsAtTheTimeCapUnconverged) {
   const auto s = summarize(doc);
   EXPECT_NE(s.find("sampling: 0 of 1 points converged"), std::string::npos) << s;
   EXPECT_NE(s.find("1 did not"), std::string::npos) << s;
+}
+
+namespace {
+
+// A second rank as the sampling loop sees it through Processes: its samples are
+// twice this rank's (the slower GPU), and it wants to stop at the time cap when
+// `peer_time_up` is set; every collective call is counted.
+class TwoRanks : public Processes {
+ public:
+  int size() const override { return 2; }
+  double max(double v) override {
+    ++calls;
+    return std::max(v, 2 * v);
+  }
+  bool any(bool v) override {
+    ++calls;
+    return v || (peer_time_up && ++anys > 12);
+  }
+  bool peer_time_up = false;
+  int calls = 0, anys = 0;
+};
+
+}  // namespace
+
+TEST_F(FixtureTest, UnderMpirunEachSampleIsTheSlowestRanksAndTheRanksStopTogether) {
+  auto two = std::make_unique<TwoRanks>();
+  TwoRanks* ranks = two.get();
+  set_processes(std::move(two));
+  RunOptions o;
+  o.stop.max_noise = 0.01;
+  ctx = std::make_unique<BenchContext>(backend, o);
+  run_points({point(4)});
+  const auto* out = ctx->outcome("free/linear/test4");
+  ASSERT_EQ(out->status, "ok");
+  ASSERT_FALSE(out->samples.empty());
+  for (double x : out->samples) EXPECT_DOUBLE_EQ(x, 2e-3) << "the slower rank's 2 ms, not this rank's 1 ms";
+  EXPECT_GT(ranks->calls, 0);
+  // The other rank's time is up (this one's is not): both stop at the same sample, unconverged.
+  for (int i = 0; i < 100000; ++i) backend.script.push_back(i % 2 ? 1e-3 : 2e-3);
+  ranks->peer_time_up = true;
+  o.stop.max_time_s = 1e6;
+  ctx = std::make_unique<BenchContext>(backend, o);
+  run_points({point(4)});
+  out = ctx->outcome("free/linear/test4");
+  set_processes(nullptr);
+  ASSERT_EQ(out->status, "ok");
+  EXPECT_EQ(out->stop_reason, "max_time");
+  EXPECT_LT(out->samples.size(), 100u);
 }
 
 TEST_F(FixtureTest, MinSamplesIsHonouredAndNeverBelowFive) {
