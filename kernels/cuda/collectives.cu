@@ -207,11 +207,7 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
     if (!first.empty()) throw VerificationError(first);
   }
 
-  std::map<std::string, std::string> notes() const override {
-    std::string devs;
-    for (int d : devices_) devs += (devs.empty() ? "" : ",") + std::to_string(d);
-    return {{"nccl", nccl_version()}, {"devices", devs}};
-  }
+  std::map<std::string, std::string> notes() const override { return nccl_notes(devices_); }
 
   std::optional<std::string> single_launch_only() const override {
     return "a collective is timed one launch at a time (each copy of a rotating graph would need communicators of "

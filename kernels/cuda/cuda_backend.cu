@@ -221,12 +221,7 @@ class CudaBackend final : public Backend {
     ctx_.device = device;
     PB_CUDA_CHECK(cudaSetDevice(device));
     read_device();
-    PB_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
-    PB_CUBLAS_CHECK(cublasCreate(&ctx_.cublas));
-    PB_CUBLAS_CHECK(cublasSetStream(ctx_.cublas, ctx_.stream));
-    PB_CUBLAS_CHECK(cublasLtCreate(&ctx_.cublaslt));
-    ctx_.workspace = DeviceBuffer(kCublasLtWorkspaceBytes);
-    PB_CUBLAS_CHECK(cublasSetWorkspace(ctx_.cublas, ctx_.workspace.get(), ctx_.workspace.bytes()));
+    open_handles(ctx_);
     PB_CUDA_CHECK(cudaEventCreate(&start_));
     PB_CUDA_CHECK(cudaEventCreate(&stop_));
     sink_ = DeviceBuffer(sizeof(unsigned));
@@ -245,16 +240,10 @@ class CudaBackend final : public Backend {
     if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
     if (stop_) cudaEventDestroy(stop_);
     if (start_) cudaEventDestroy(start_);
-    if (ctx_.cublaslt) cublasLtDestroy(ctx_.cublaslt);
-    if (ctx_.cublas) cublasDestroy(ctx_.cublas);
     flush_ = DeviceBuffer();
     sink_ = DeviceBuffer();
-    ctx_.workspace = DeviceBuffer();
-    if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
+    close_handles(ctx_);
     stop_ = start_ = nullptr;
-    ctx_.cublaslt = nullptr;
-    ctx_.cublas = nullptr;
-    ctx_.stream = nullptr;
   }
 
   const DeviceInfo& device() const override { return info_; }

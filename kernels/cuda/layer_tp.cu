@@ -160,11 +160,7 @@ class TensorParallelLayerOp final : public PreparedOp, public LayerOpAccess {
   }
   void set_fault_injection(bool on) override { fault_ = on; }
 
-  std::map<std::string, std::string> notes() const override {
-    std::string devs;
-    for (int d : devices_) devs += (devs.empty() ? "" : ",") + std::to_string(d);
-    return {{"nccl", nccl_version()}, {"devices", devs}};
-  }
+  std::map<std::string, std::string> notes() const override { return nccl_notes(devices_); }
 
   std::optional<std::string> single_launch_only() const override {
     return "a tensor-parallel layer is timed one launch at a time (each copy of a rotating graph would need "

@@ -4,9 +4,11 @@
 // where NCCL is built (nccl.h).
 #include <nccl.h>
 
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "phasebench/dtype.hpp"
 
@@ -36,6 +38,13 @@ inline std::string nccl_version() {
   // NCCL_VERSION's encoding: X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z after.
   const int major = v >= 10000 ? v / 10000 : v / 1000, minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10, patch = v % 100;
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+// An NCCL op's impl_detail notes: NCCL's version and its ranks' devices ("0,1,2,3").
+inline std::map<std::string, std::string> nccl_notes(const std::vector<int>& devices) {
+  std::string devs;
+  for (int d : devices) devs += (devs.empty() ? "" : ",") + std::to_string(d);
+  return {{"nccl", nccl_version()}, {"devices", devs}};
 }
 
 }  // namespace phasebench::cuda

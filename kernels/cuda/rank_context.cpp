@@ -14,6 +14,27 @@ DeviceScope::DeviceScope(int device) {
 
 DeviceScope::~DeviceScope() { cudaSetDevice(previous_); }
 
+void open_handles(Context& ctx) {
+  PB_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+  PB_CUBLAS_CHECK(cublasCreate(&ctx.cublas));
+  PB_CUBLAS_CHECK(cublasSetStream(ctx.cublas, ctx.stream));
+  PB_CUBLAS_CHECK(cublasLtCreate(&ctx.cublaslt));
+  ctx.workspace = DeviceBuffer(kCublasLtWorkspaceBytes);
+  PB_CUBLAS_CHECK(cublasSetWorkspace(ctx.cublas, ctx.workspace.get(), ctx.workspace.bytes()));
+}
+
+void close_handles(Context& ctx) noexcept {
+  // Nothing here may throw; errors on teardown have no remedy.
+  if (ctx.stream) cudaStreamSynchronize(ctx.stream);
+  if (ctx.cublaslt) cublasLtDestroy(ctx.cublaslt);
+  if (ctx.cublas) cublasDestroy(ctx.cublas);
+  ctx.workspace = DeviceBuffer();
+  if (ctx.stream) cudaStreamDestroy(ctx.stream);
+  ctx.cublaslt = nullptr;
+  ctx.cublas = nullptr;
+  ctx.stream = nullptr;
+}
+
 RankContext::RankContext(int device) {
   DeviceScope on(device);
   try {
@@ -21,33 +42,16 @@ RankContext::RankContext(int device) {
     PB_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.sm_count, cudaDevAttrMultiProcessorCount, device));
     PB_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.cc_major, cudaDevAttrComputeCapabilityMajor, device));
     PB_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
-    PB_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
-    PB_CUBLAS_CHECK(cublasCreate(&ctx_.cublas));
-    PB_CUBLAS_CHECK(cublasSetStream(ctx_.cublas, ctx_.stream));
-    PB_CUBLAS_CHECK(cublasLtCreate(&ctx_.cublaslt));
-    ctx_.workspace = DeviceBuffer(kCublasLtWorkspaceBytes);
-    PB_CUBLAS_CHECK(cublasSetWorkspace(ctx_.cublas, ctx_.workspace.get(), ctx_.workspace.bytes()));
+    open_handles(ctx_);
   } catch (...) {
-    release();  // the destructor does not run for a constructor that throws
+    close_handles(ctx_);  // the destructor does not run for a constructor that throws
     throw;
   }
 }
 
 RankContext::~RankContext() {
   DeviceScope on(ctx_.device);
-  release();
-}
-
-void RankContext::release() noexcept {
-  // Nothing here may throw; errors on teardown have no remedy.
-  if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
-  if (ctx_.cublaslt) cublasLtDestroy(ctx_.cublaslt);
-  if (ctx_.cublas) cublasDestroy(ctx_.cublas);
-  ctx_.workspace = DeviceBuffer();
-  if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
-  ctx_.cublaslt = nullptr;
-  ctx_.cublas = nullptr;
-  ctx_.stream = nullptr;
+  close_handles(ctx_);
 }
 
 }  // namespace phasebench::cuda

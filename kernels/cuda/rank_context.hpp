@@ -13,6 +13,12 @@ namespace phasebench::cuda {
 // cuBLASLt's heuristic sees the same limit on each GPU).
 inline constexpr std::size_t kCublasLtWorkspaceBytes = 64ull << 20;
 
+// A Context's stream (non-blocking), cuBLAS and cuBLASLt handles bound to it and
+// its workspace, made on the current device (the backend's and every rank's alike);
+// and released (never throws; what is null is skipped).
+void open_handles(Context& ctx);
+void close_handles(Context& ctx) noexcept;
+
 // Makes `device` current for a scope, then the previous device again.
 class DeviceScope {
  public:
@@ -36,7 +42,6 @@ class RankContext {
   Context& get() { return ctx_; }
 
  private:
-  void release() noexcept;
   Context ctx_;
 };
 

@@ -541,26 +541,23 @@ cudaError_t exchange(const Remote& rm, const Call& c, std::uint64_t seq) {
       return give_up("waited " + std::to_string(static_cast<int>(timeout_s())) +
                      " s for the other ranks' calls (PB_EMU_NCCL_TIMEOUT_S): every rank must make the same calls");
     }
+    auto call_of = [&](const SegmentHeader::Sig& g) {  // a rank's call as its signature says
+      Call k = c;
+      k.kind = static_cast<Kind>(g.kind);
+      k.type = static_cast<ncclDataType_t>(g.type);
+      k.op = static_cast<ncclRedOp_t>(g.op);
+      k.root = g.root;
+      k.count = g.count;
+      return k;
+    };
     for (int r = 0; r < n; ++r) {
       const auto& a = h.sig[0];
       const auto& b = h.sig[r];
       if (a.kind != b.kind || a.type != b.type || a.op != b.op || a.root != b.root || a.count != b.count) {
-        Call other = c;
-        other.kind = static_cast<Kind>(b.kind);
-        other.type = static_cast<ncclDataType_t>(b.type);
-        other.op = static_cast<ncclRedOp_t>(b.op);
-        other.root = b.root;
-        other.count = b.count;
-        Call first = other;
-        first.kind = static_cast<Kind>(a.kind);
-        first.type = static_cast<ncclDataType_t>(a.type);
-        first.op = static_cast<ncclRedOp_t>(a.op);
-        first.root = a.root;
-        first.count = a.count;
         // Every rank sees the same mismatch: each leaves, the last removes the segment.
         if (h.left.fetch_add(1, std::memory_order_acq_rel) == n - 1) seg.unlink();
-        return give_up("the ranks' calls do not match: rank 0 called " + describe(first) + ", rank " + std::to_string(r) +
-                       " " + describe(other));
+        return give_up("the ranks' calls do not match: rank 0 called " + describe(call_of(a)) + ", rank " +
+                       std::to_string(r) + " " + describe(call_of(b)));
       }
     }
     // Every rank's input from the segment; this rank's output into its buffer, the others' into scratch.

@@ -107,6 +107,12 @@ class CudaContextTest : public GpuTest {
   }
   void TearDown() override { tc_.reset(); }
   cuda::Context& ctx() { return tc_->ctx; }
+  // The devices this process sees (the emulated builds' tests run with PB_EMU_DEVICES=4).
+  int devices() const {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    return n;
+  }
 
   std::unique_ptr<TestContext> tc_;
 };

@@ -19,14 +19,7 @@
 namespace phasebench {
 namespace {
 
-class CollectivesTest : public test::CudaContextTest {
- protected:
-  int devices() const {
-    int n = 0;
-    cudaGetDeviceCount(&n);
-    return n;
-  }
-};
+class CollectivesTest : public test::CudaContextTest {};
 
 const char* const kKinds[] = {kAllReduce, kAllGather, kReduceScatter, kAllToAll};
 
