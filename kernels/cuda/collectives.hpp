@@ -1,5 +1,5 @@
 #pragma once
-// The collectives' op on CUDA (collectives.cu): what the GPU tests reach through
+// The collectives' op on CUDA (collectives.cpp): what the GPU tests reach through
 // the prepared op beyond PreparedOp.
 #include <vector>
 

@@ -5,7 +5,7 @@
 // matmuls and the kernels' parameters, and synchronises; run() only enqueues;
 // verify() runs once and checks a few tokens' outputs against a CPU reference
 // of the whole layer (reference/layer.hpp's steps, reference/decode_attention.hpp's
-// attention). The one-GPU op is one shard; the tensor-parallel op is layer_tp.cu.
+// attention). The one-GPU op is one shard; the tensor-parallel op is layer_tp.cpp.
 #include "cuda/layer.hpp"
 
 #include <algorithm>

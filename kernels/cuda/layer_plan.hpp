@@ -24,7 +24,7 @@ struct LayerPlan : OpPlan {
 };
 std::shared_ptr<const LayerPlan> plan_layer(const OpRequest& r, const Context& ctx);
 
-// The tensor-parallel layer's maker (plan.gpus > 1): layer_tp.cu, built where NCCL
+// The tensor-parallel layer's maker (plan.gpus > 1): layer_tp.cpp, built where NCCL
 // is, sets it when the ops are registered; null in a build without NCCL.
 using TensorParallelLayerMaker = std::unique_ptr<PreparedOp> (*)(Context& ctx, const OpRequest& r, const LayerPlan& plan);
 TensorParallelLayerMaker& tensor_parallel_layer_maker();

@@ -4,7 +4,7 @@
 // around the points where a tensor-parallel layer all-reduces (after o_proj and
 // after down_proj); and the CPU reference of a token through every shard of the
 // layer. The one-GPU layer is one shard (layer.cu); the tensor-parallel layer
-// one shard a GPU with NCCL between (layer_tp.cu). Host code; kernels in layer.cuh.
+// one shard a GPU with NCCL between (layer_tp.cpp). Host code; kernels in layer.cuh.
 #include <cstdint>
 #include <memory>
 #include <string>

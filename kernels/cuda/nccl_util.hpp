@@ -1,5 +1,5 @@
 #pragma once
-// NCCL beside the CUDA ops that call it (collectives.cu, layer_tp.cu): the error
+// NCCL beside the CUDA ops that call it (collectives.cpp, layer_tp.cpp): the error
 // check, the version as text, and our dtypes as NCCL's. Host code; include only
 // where NCCL is built (nccl.h).
 #include <nccl.h>
@@ -43,7 +43,10 @@ inline std::string nccl_version() {
 // An NCCL op's impl_detail notes: NCCL's version and its ranks' devices ("0,1,2,3").
 inline std::map<std::string, std::string> nccl_notes(const std::vector<int>& devices) {
   std::string devs;
-  for (int d : devices) devs += (devs.empty() ? "" : ",") + std::to_string(d);
+  for (int d : devices) {
+    if (!devs.empty()) devs += ',';
+    devs += std::to_string(d);
+  }
   return {{"nccl", nccl_version()}, {"devices", devs}};
 }
 

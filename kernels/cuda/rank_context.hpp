@@ -1,6 +1,6 @@
 #pragma once
 // What an op that spans several GPUs of this process needs for each of them
-// beyond the backend's device (collectives.cu, layer_tp.cu): a scope that makes
+// beyond the backend's device (collectives.cpp, layer_tp.cpp): a scope that makes
 // a device current, and a Context of its own on another device (stream,
 // cuBLAS(Lt) handles, workspace), made and released like the backend's.
 #include <cstddef>

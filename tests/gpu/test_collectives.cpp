@@ -1,4 +1,4 @@
-// The collectives on CUDA (kernels/cuda/collectives.cu: NCCL over the GPUs of this
+// The collectives on CUDA (kernels/cuda/collectives.cpp: NCCL over the GPUs of this
 // process) against the reference, through cuda::make_op (verify checks every rank's
 // receive buffer): all_reduce, all_gather, reduce_scatter and all_to_all over 1 to 4
 // GPUs where the machine has them (the emulated builds run with PB_EMU_DEVICES=4),

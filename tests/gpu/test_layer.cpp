@@ -1,7 +1,7 @@
 // The whole-layer op: prefill and decode on a tiny config verify against the
 // CPU reference of the whole layer, verify() catches a wrong output, and the
 // backend prepares and runs a layer point (and, on a real GPU, times it). The
-// tensor-parallel layer (layer_tp.cu, with NCCL) over 2 and 4 GPUs where the
+// tensor-parallel layer (layer_tp.cpp, with NCCL) over 2 and 4 GPUs where the
 // machine has them (the emulated builds run with PB_EMU_DEVICES=4): every rank's
 // output against the reference of the whole layer, KV heads split and replicated.
 #include <gtest/gtest.h>

@@ -6,7 +6,7 @@
 // communicator a GPU (ncclCommInitAll).
 //
 // How it is timed (the engine's view: the step waits for the slowest rank), as
-// collectives.cu: run() records an event on the backend's stream, every rank's
+// collectives.cpp: run() records an event on the backend's stream, every rank's
 // stream waits for it, each rank enqueues its attention half, the ranks'
 // all-reduces go in one NCCL group, then the MLP halves and the second group; the
 // backend's stream waits for an event recorded on each rank's stream, so its
