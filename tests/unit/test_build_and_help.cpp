@@ -111,6 +111,13 @@ TEST(Build, DefaultResultsUnderTheCurrentDirectoryWithBuildAndLoad) {
   EXPECT_TRUE(load.at("after").at("load_average").is_array()) << load.dump();
   EXPECT_TRUE(load.at("during").at("other_processes_share").is_number()) << load.dump();
   EXPECT_TRUE(load.at("busy").is_boolean());
+  // One process (no mpirun): one rank, this host.
+  const auto& procs = pb.at("processes");
+  EXPECT_EQ(procs.at("count"), 1);
+  EXPECT_EQ(procs.at("launcher"), "none");
+  ASSERT_EQ(procs.at("ranks").size(), 1u);
+  EXPECT_EQ(procs.at("ranks")[0].at("rank"), 0);
+  EXPECT_FALSE(procs.at("ranks")[0].at("host").get<std::string>().empty());
   fs::remove_all(dir);
 }
 
