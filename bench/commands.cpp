@@ -630,6 +630,10 @@ int cmd_run(int argc, char** argv) {
     std::cerr << "phasebench: " << why << "\n";
     apply_defaults(cfg, *backend);
     ropts.stop = stop_rule(f, *backend, has_flag(argc, argv, "--benchmark_min_time"));
+    if (procs.size() > 1 && has_flag(argc, argv, "--benchmark_enable_random_interleaving") &&
+        !has_flag(argc, argv, "--benchmark_enable_random_interleaving=false"))
+      throw InputError("under mpirun every rank must run the points in one order; --benchmark_enable_random_interleaving "
+                       "would shuffle each rank's own way");
     if (procs.size() > 1 && !ropts.stop.by_noise)
       throw InputError("under mpirun the ranks sample each point in lockstep until its noise settles (--max-noise); "
                        "Google Benchmark's --benchmark_min_time loop would take a different count on each rank");

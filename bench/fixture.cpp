@@ -92,9 +92,16 @@ void BenchContext::prepare_point(const Point& p, PointOutcome& out) {
   out.paired_read = std::move(kept_read);
   out.throttle = std::move(kept_throttle);
   out.throttle_verdict = std::move(kept_verdict);
+  // Under mpirun the ranks agree on every point: one that any rank cannot run is
+  // skipped by all, one that fails on any rank fails on all (the first rank's reason),
+  // so their collective calls stay in step.
+  Processes& procs = processes();
+  const bool lockstep = procs.size() > 1;
   try {
     if (!p.invalid.empty()) throw Unsupported(p.invalid);
-    if (auto why = backend_.cannot_run(p.request)) throw Unsupported(*why);
+    std::string why = backend_.cannot_run(p.request).value_or("");
+    if (lockstep) why = procs.first_of(why);
+    if (!why.empty()) throw Unsupported(why);
     op_ = backend_.prepare(p.request);
     out.impl_detail = op_->notes();  // before verify: a point that fails it still names its engine
     op_->verify();  // runs once; a wrong result is an error, never a number
@@ -111,6 +118,15 @@ void BenchContext::prepare_point(const Point& p, PointOutcome& out) {
     op_.reset();
     out.status = "error";
     out.message = e.what();
+  }
+  if (lockstep) {
+    const std::string first = procs.first_of(op_ ? std::string() : out.status + "\n" + out.message);
+    if (!first.empty()) {
+      op_.reset();
+      const auto nl = first.find('\n');
+      out.status = first.substr(0, nl);
+      out.message = first.substr(nl + 1);
+    }
   }
   if (!op_) {
     prepare_error_ = out.status + ": " + out.message;
@@ -131,8 +147,19 @@ bool BenchContext::take_sample(const Point& p, bool pair, PointOutcome& out, std
   Processes& procs = processes();
   const bool lockstep = procs.size() > 1;
   if (lockstep) procs.any(false);  // a barrier
-  Sample s = backend_.time(*op_, topts);
-  if (lockstep) s.seconds = procs.max(s.seconds);
+  Sample s;
+  std::string failed;
+  try {
+    s = backend_.time(*op_, topts);
+  } catch (const std::exception& e) {
+    if (!lockstep) throw;
+    failed = e.what();
+  }
+  if (lockstep) {
+    failed = procs.first_of(failed);  // a sample that failed on one rank fails on all
+    if (!failed.empty()) throw std::runtime_error(failed);
+    s.seconds = procs.max(s.seconds);
+  }
   bool low_clock = false;
   if (s.sm_mhz) {
     run_max_mhz_ = std::max(run_max_mhz_, *s.sm_mhz);
@@ -232,7 +259,8 @@ void BenchContext::measure_energy(PointOutcome& out) {
   if (opts_.energy_window_s <= 0 || out.samples.empty()) return;
   backend_.synchronize();
   const auto e0 = backend_.energy();
-  if (!e0.ok) return;  // the run context says once why there is no energy
+  const bool none = processes().size() > 1 ? processes().any(!e0.ok) : !e0.ok;  // the ranks' windows go together
+  if (none) return;  // the run context says once why there is no energy
   // Back-to-back runs (no flush: a flush would cost energy of its own),
   // synchronising about every 10 ms, until the window is full.
   const double per_run = std::max(1e-7, stats_of(out.samples).median);

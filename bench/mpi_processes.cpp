@@ -88,8 +88,17 @@ class MpiProcesses final : public Processes {
 bool mpi_built() { return true; }
 
 std::optional<std::string> start_processes(int* argc, char*** argv) {
-  if (launched_ranks() <= 1) return std::nullopt;
-  set_processes(std::make_unique<MpiProcesses>(argc, argv));
+  const int launched = launched_ranks();
+  if (launched <= 1) return std::nullopt;
+  auto mpi = std::make_unique<MpiProcesses>(argc, argv);
+  if (mpi->size() != launched) {
+    const std::string why = "the launcher started " + std::to_string(launched) + " ranks but MPI sees " +
+                            std::to_string(mpi->size()) + ": this phasebench's MPI is not the launcher's (build with the "
+                            "MPI that mpirun or srun belongs to)";
+    mpi->finish();
+    return why;
+  }
+  set_processes(std::move(mpi));
   return std::nullopt;
 }
 #else

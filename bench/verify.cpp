@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "phasebench/error.hpp"
+#include "phasebench/processes.hpp"
 
 namespace phasebench {
 
@@ -35,26 +36,37 @@ VerifyCounts verify_points(Backend& backend, const std::vector<const Point*>& po
     const Point& p = *points[i];
     const auto t0 = std::chrono::steady_clock::now();
     std::string status, detail;
+    // Under mpirun the ranks agree on every point (as the fixture does): skipped by
+    // all when any rank cannot run it, and the first rank's outcome when any fails.
+    Processes& procs = processes();
+    const bool lockstep = procs.size() > 1;
     try {
       if (!p.invalid.empty()) throw Unsupported(p.invalid);
-      if (auto why = backend.cannot_run(p.request)) throw Unsupported(*why);
+      std::string why = backend.cannot_run(p.request).value_or("");
+      if (lockstep) why = procs.first_of(why);
+      if (!why.empty()) throw Unsupported(why);
       auto op = backend.prepare(p.request);
       op->verify();
       status = "ok";
-      ++c.ok;
     } catch (const Unsupported& e) {
       status = "skipped";
       detail = e.what();
-      ++c.skipped;
     } catch (const VerificationError& e) {
       status = "WRONG";
       detail = e.what();
-      ++c.wrong;
     } catch (const std::exception& e) {
       status = "ERROR";
       detail = e.what();
-      ++c.errors;
     }
+    if (lockstep) {
+      const std::string first = procs.first_of(status == "ok" ? std::string() : status + "\n" + detail);
+      if (!first.empty()) {
+        const auto nl = first.find('\n');
+        status = first.substr(0, nl);
+        detail = first.substr(nl + 1);
+      }
+    }
+    (status == "ok" ? c.ok : status == "skipped" ? c.skipped : status == "WRONG" ? c.wrong : c.errors)++;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out << fmt::format("[{:>{}}/{}] {:<7} {} ({:.1f} s){}{}\n", i + 1, width, n, status, p.name, s,
                        detail.empty() ? "" : ": ", detail)

@@ -76,7 +76,7 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
       : ctx_(ctx), r_(r), type_(*nccl_type(r.dtype)), count_(r.shape["count"]), n_(r.shape["gpus"]) {
     const auto a = element_bytes(r.dtype);
     std::tie(send_n_, recv_n_) = collective_rank_elements(r.kind, count_, n_);
-    Processes& procs = processes();
+    const Processes& procs = processes();
     spans_processes_ = procs.size() > 1;
     // This process's ranks: all of them on its devices, or (over processes) its own on the backend's device.
     if (spans_processes_) {
@@ -90,12 +90,12 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
       }
     }
     ranks_.resize(global_.size());
-    {
-      DeviceScope on(ctx.device);
-      PB_CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
-    }
     std::string failed;
     try {
+      {
+        DeviceScope on(ctx.device);
+        PB_CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
+      }
       for (std::size_t i = 0; i < ranks_.size(); ++i) {
         Rank& k = ranks_[i];
         k.device = devices_[i];
@@ -112,17 +112,8 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
       failed = e.what();
     }
     if (spans_processes_) {
-      // Every rank ready before NCCL's init, which waits for all of them.
-      const std::string first = procs.first_of(failed.empty() ? std::string() : "rank " + std::to_string(procs.rank()) + ": " + failed);
-      if (!first.empty()) {
-        release();  // the destructor does not run for a constructor that throws
-        throw std::runtime_error(first);
-      }
-      ncclUniqueId id{};
-      if (procs.rank() == 0 && ncclGetUniqueId(&id) != ncclSuccess) id = ncclUniqueId{};
-      procs.broadcast(&id, sizeof id, 0);
       DeviceScope on(ctx.device);
-      init_or_release([&] { PB_NCCL_CHECK(ncclCommInitRank(&ranks_[0].comm, static_cast<int>(n_), id, procs.rank())); });
+      init_or_release([&] { ranks_[0].comm = join_processes(static_cast<int>(n_), failed); });
     } else {
       if (!failed.empty()) {
         release();

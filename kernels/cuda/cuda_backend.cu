@@ -726,15 +726,17 @@ std::unique_ptr<Backend> make_cuda_backend(std::string* why) {
     return nullptr;
   }
   // One process: device 0 (CUDA_VISIBLE_DEVICES picks it). Ranks started by mpirun
-  // or srun: the node's rank k takes device k, as engines and nccl-tests place them.
+  // or srun: the node's rank k takes device k, as engines and nccl-tests place them,
+  // unless each rank sees one device only (srun --gpus-per-task=1, or a wrapper
+  // setting CUDA_VISIBLE_DEVICES per rank): then that one.
   const int local = processes().local_rank();
-  if (processes().size() > 1 && local >= count) {
+  if (processes().size() > 1 && count > 1 && local >= count) {
     if (why)
       *why = "rank " + std::to_string(processes().rank()) + " is its node's rank " + std::to_string(local) +
              ", and the node shows " + std::to_string(count) + " CUDA device(s): start at most one rank a GPU";
     return nullptr;
   }
-  const int device = processes().size() > 1 ? local : 0;
+  const int device = processes().size() > 1 && count > 1 ? local : 0;
   try {
     auto b = std::make_unique<cuda::CudaBackend>(device);
     if (why)

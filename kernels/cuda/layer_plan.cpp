@@ -27,13 +27,13 @@ std::optional<std::string> layer_op_unsupported(const OpRequest& r, const Contex
   if (r.dtype != DType::bf16 && r.dtype != DType::fp16)
     return "layer: the CUDA backend runs whole layers in bf16 or fp16, not " + std::string(to_string(r.dtype));
   const auto gpus = layer_gpus(r);
+  const auto procs = static_cast<std::uint64_t>(processes().size());
+  if (procs > 1 && gpus != procs)
+    return "layer: under mpirun with " + std::to_string(procs) + " ranks a layer spans every rank (one a process): "
+           "gpus " + std::to_string(gpus) + " is not " + std::to_string(procs);
   if (gpus > 1) {
     if (!tensor_parallel_layer_maker())
       return "layer: a tensor-parallel layer needs NCCL, and this build has none (no nccl.h was found at configure time)";
-    const auto procs = static_cast<std::uint64_t>(processes().size());
-    if (procs > 1 && gpus != procs)
-      return "layer: under mpirun with " + std::to_string(procs) + " ranks a tensor-parallel layer spans every rank (one "
-             "a process): gpus " + std::to_string(gpus) + " is not " + std::to_string(procs);
     int have = 0;
     if (cudaGetDeviceCount(&have) != cudaSuccess) have = 0;
     if (procs == 1 && gpus > static_cast<std::uint64_t>(have))

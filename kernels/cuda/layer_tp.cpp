@@ -29,6 +29,7 @@
 #include "cuda/layer_shard.hpp"
 #include "cuda/nccl_util.hpp"
 #include "cuda/rank_context.hpp"
+#include "phasebench/error.hpp"
 #include "phasebench/nvtx.hpp"
 #include "phasebench/ops/layer.hpp"
 #include "phasebench/processes.hpp"
@@ -50,9 +51,10 @@ class TensorParallelLayerOp final : public PreparedOp, public LayerOpAccess {
  public:
   TensorParallelLayerOp(Context& ctx, const OpRequest& r, const LayerPlan& plan)
       : ctx_(ctx), dtype_(r.dtype), gpus_(plan.gpus) {
-    Processes& procs = processes();
+    const Processes& procs = processes();
     spans_processes_ = procs.size() > 1;
     std::string failed;
+    bool unsupported = false;  // a shard this device cannot hold: the point is skipped, not an error
     try {
       // This process's ranks: every one on its devices, or (over processes) its own on the backend's device.
       if (spans_processes_) {
@@ -76,21 +78,18 @@ class TensorParallelLayerOp final : public PreparedOp, public LayerOpAccess {
       }
       DeviceScope on(ctx.device);
       PB_CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
+    } catch (const Unsupported& e) {
+      failed = e.what();
+      unsupported = true;
     } catch (const std::exception& e) {
       failed = e.what();
     }
     try {
       if (spans_processes_) {
-        // Every rank ready before NCCL's init, which waits for all of them.
-        const std::string first =
-            procs.first_of(failed.empty() ? std::string() : "rank " + std::to_string(procs.rank()) + ": " + failed);
-        if (!first.empty()) throw std::runtime_error(first);
-        ncclUniqueId id{};
-        if (procs.rank() == 0 && ncclGetUniqueId(&id) != ncclSuccess) id = ncclUniqueId{};
-        procs.broadcast(&id, sizeof id, 0);
         DeviceScope on(ctx.device);
-        PB_NCCL_CHECK(ncclCommInitRank(&ranks_[0].comm, gpus_, id, procs.rank()));
+        ranks_[0].comm = join_processes(gpus_, failed);
       } else {
+        if (unsupported) throw Unsupported(failed);
         if (!failed.empty()) throw std::runtime_error(failed);
         std::vector<ncclComm_t> comms(ranks_.size());
         PB_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), devices_.data()));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "phasebench/dtype.hpp"
+#include "phasebench/processes.hpp"
 
 #define PB_NCCL_CHECK(call)                                                                                        \
   do {                                                                                                             \
@@ -38,6 +39,26 @@ inline std::string nccl_version() {
   // NCCL_VERSION's encoding: X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z after.
   const int major = v >= 10000 ? v / 10000 : v / 1000, minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10, patch = v % 100;
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+// This process's rank of a communicator over the run's processes (mpirun: one
+// rank a process), on the current device: every rank first says whether it is
+// ready (`failed`: why not), and all throw the first rank's reason if one is not,
+// so none waits in NCCL's init; rank 0's id (or its failure) goes to all.
+inline ncclComm_t join_processes(int nranks, const std::string& failed) {
+  Processes& procs = processes();
+  const std::string first = procs.first_of(failed.empty() ? std::string() : "rank " + std::to_string(procs.rank()) + ": " + failed);
+  if (!first.empty()) throw std::runtime_error(first);
+  struct {
+    int ok;
+    ncclUniqueId id;
+  } boot{};
+  if (procs.rank() == 0) boot.ok = ncclGetUniqueId(&boot.id) == ncclSuccess ? 1 : 0;
+  procs.broadcast(&boot, sizeof boot, 0);
+  if (!boot.ok) throw std::runtime_error("NCCL: ncclGetUniqueId failed on rank 0");
+  ncclComm_t comm = nullptr;
+  PB_NCCL_CHECK(ncclCommInitRank(&comm, nranks, boot.id, procs.rank()));
+  return comm;
 }
 
 // An NCCL op's impl_detail notes: NCCL's version and its ranks' devices ("0,1,2,3").

@@ -31,7 +31,6 @@
 #include <fcntl.h>
 #include <nccl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -438,11 +437,13 @@ class Segment {
   Segment(const std::string& name, std::size_t bytes) : name_(name), bytes_(bytes) {
     const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
     if (fd < 0) throw std::runtime_error("shm_open(" + name + "): " + std::strerror(errno));
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || (static_cast<std::size_t>(st.st_size) < bytes && ftruncate(fd, static_cast<off_t>(bytes)) != 0)) {
-      const std::string why = std::strerror(errno);
+    // posix_fallocate never shrinks what another rank sized (ranks whose calls differ
+    // ask for different sizes), and says ENOSPC where a full /dev/shm would fault later.
+    if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
       close(fd);
-      throw std::runtime_error("sizing the shared segment " + name + ": " + why);
+      shm_unlink(name.c_str());
+      throw std::runtime_error("sizing the shared segment " + name + " to " + std::to_string(bytes) +
+                               " bytes: " + std::strerror(e) + (e == ENOSPC ? " (/dev/shm is full)" : ""));
     }
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -502,7 +503,10 @@ ncclResult_t join_remote(ncclComm_t* comm, int nranks, const ncclUniqueId& id, i
                                        " s for the other ranks to join (PB_EMU_NCCL_TIMEOUT_S): every process must call it with the same id");
     }
     h.read.fetch_add(1, std::memory_order_acq_rel);
-    if (!wait_for(h.read, nranks)) return fail(ncclSystemError, "ncclCommInitRank: a rank left while joining");
+    if (!wait_for(h.read, nranks)) {
+      seg.unlink();
+      return fail(ncclSystemError, "ncclCommInitRank: a rank left while joining");
+    }
     if (h.left.fetch_add(1, std::memory_order_acq_rel) == nranks - 1) seg.unlink();
   } catch (const std::exception& e) {
     return fail(ncclSystemError, std::string("ncclCommInitRank over processes: ") + e.what());
@@ -573,7 +577,10 @@ cudaError_t exchange(const Remote& rm, const Call& c, std::uint64_t seq) {
     }
     compute(calls);
     h.read.fetch_add(1, std::memory_order_acq_rel);
-    if (!wait_for(h.read, n)) return give_up("another rank did not finish reading the inputs");
+    if (!wait_for(h.read, n)) {
+      seg.unlink();
+      return give_up("another rank did not finish reading the inputs");
+    }
     if (h.left.fetch_add(1, std::memory_order_acq_rel) == n - 1) seg.unlink();
   } catch (const std::exception& ex) {
     pb_emu::sticky_error(cudaErrorLaunchFailure, "pb_emu NCCL: " + what + ": " + ex.what());

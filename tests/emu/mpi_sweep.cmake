@@ -43,6 +43,21 @@ if(NOT n EQUAL 1)
   message(FATAL_ERROR "${n} ranks printed the verification; rank 0 alone should")
 endif()
 
+# A point one rank cannot run (rank 1 has 0.45 GiB of device memory, a 300 MB
+# all-reduce needs 0.6) is skipped by both, with rank 1's reason, and the next runs:
+# the ranks agree on every point, so their collective calls stay in step.
+set(sizes --ops collectives_sizes --axis collectives_sizes.bytes=300000000,4096
+          --axis collectives_sizes.collective=all_reduce --dtype bf16)
+execute_process(
+  COMMAND ${MPIEXEC} --oversubscribe -x PB_EMU_DEVICES=2 -x PB_EMU_NCCL_TIMEOUT_S=60
+          -np 1 ${PHASEBENCH_EMU_BINARY} run --backend=cuda --verify-only ${sizes}
+          : -np 1 -x PB_EMU_MEMORY_GIB=0.45 ${PHASEBENCH_EMU_BINARY} run --backend=cuda --verify-only ${sizes}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "skipped free/all_reduce/sizes/bf16/gpus:2/bytes:300000000[^\n]*GiB free"
+   OR NOT out MATCHES "ok +free/all_reduce/sizes/bf16/gpus:2/bytes:4096")
+  message(FATAL_ERROR "a point one rank cannot run should be skipped by both, the next verified; got ${rc}: ${out}${err}")
+endif()
+
 # Refused: a group whose points would run alone on each rank, a GPU count that is
 # not the rank count, and timing on the emulation. Each says why; none hangs.
 foreach(case "--ops;decode_linear;only points that span the ranks run"
