@@ -577,7 +577,9 @@ int cmd_run(int argc, char** argv) {
       "for at least the minimum time, 0.1 s unless given; still at least 5 samples).\n"
       "Google Benchmark flags pass through, e.g. --benchmark_filter=REGEX, --benchmark_repetitions=N,\n"
       "--benchmark_enable_random_interleaving=true, --benchmark_format=console|json|csv,\n"
-      "--benchmark_counters_tabular=true, --benchmark_list_tests.");
+      "--benchmark_counters_tabular=true, --benchmark_list_tests.\n"
+      "Under mpirun or srun (N ranks, one a GPU): the points that span the ranks (collectives, collectives_sizes,\n"
+      "layer; at --gpus N), sampled in lockstep; rank 0 writes the results (README: Multi-GPU and multi-node).");
   RunFlags f;
   add_run_flags(app, f);
   try {
