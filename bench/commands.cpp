@@ -180,6 +180,11 @@ struct RunFlags {
        verify_only = false, overwrite = false, list_axes = false;
 };
 
+// Whether a group's points span GPUs (it declares the gpus axis: --gpus, mpirun).
+bool has_gpus_axis(const SweepGroup& g) {
+  return std::any_of(g.axes.begin(), g.axes.end(), [](const AxisDecl& a) { return a.name == "gpus"; });
+}
+
 // What selects a sweep's points: models, dtypes, the groups' axes, free shapes, groups.
 void add_sweep_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--model", f.models,
@@ -196,8 +201,7 @@ void add_sweep_flags(CLI::App& app, RunFlags& f) {
   app.add_flag("--list-axes", f.list_axes, "list every group's axes, their defaults and old flags, and exit");
   std::string with_gpus;
   for (const auto& g : OpRegistry::get().groups())
-    for (const auto& a : g.axes)
-      if (a.name == "gpus") with_gpus += (with_gpus.empty() ? "" : ", ") + g.name;
+    if (has_gpus_axis(g)) with_gpus += (with_gpus.empty() ? "" : ", ") + g.name;
   app.add_option("--gpus", f.gpus,
                  "GPU counts, comma-separated (one NCCL rank a GPU of this machine): the gpus axis of every group that has "
                  "one (" + with_gpus + "; the layer's 1 is one GPU, N is tensor-parallel over N); --axis GROUP.gpus=... "
@@ -322,15 +326,14 @@ SweepConfig sweep_config(const RunFlags& f, bool models_given, std::string& alia
   }
   if (!f.gpus.empty())
     for (const auto& g : OpRegistry::get().groups())
-      for (const auto& a : g.axes)
-        if (a.name == "gpus") try {
-            set_axis(cfg, g.name + ".gpus=" + f.gpus);
-          } catch (const InputError& e) {  // its message names the axis; the user gave --gpus
-            std::string why = e.what();
-            const std::string axis = "--axis " + g.name + ".gpus";
-            if (why.rfind(axis, 0) == 0) why = "--gpus" + why.substr(axis.size());
-            throw InputError(why);
-          }
+      if (has_gpus_axis(g)) try {
+          set_axis(cfg, g.name + ".gpus=" + f.gpus);
+        } catch (const InputError& e) {  // its message names the axis; the user gave --gpus
+          std::string why = e.what();
+          const std::string axis = "--axis " + g.name + ".gpus";
+          if (why.rfind(axis, 0) == 0) why = "--gpus" + why.substr(axis.size());
+          throw InputError(why);
+        }
   for (const auto& x : f.axes) set_axis(cfg, x);
   alias_note.clear();
   if (!old.empty())
@@ -421,7 +424,7 @@ void spanning_sweep(SweepConfig& cfg, const RunFlags& f) {
                      "give --gpus " + std::to_string(n) + " or leave it out");
   std::vector<std::string> spanning, alone;
   for (const auto& g : OpRegistry::get().groups()) {
-    const bool has = std::any_of(g.axes.begin(), g.axes.end(), [](const AxisDecl& a) { return a.name == "gpus"; });
+    const bool has = has_gpus_axis(g);
     if (has) {
       spanning.push_back(g.name);
       if (!cfg.axes[g.name].sizes.count("gpus")) set_axis(cfg, g.name + ".gpus=" + std::to_string(n));

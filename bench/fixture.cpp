@@ -119,15 +119,7 @@ void BenchContext::prepare_point(const Point& p, PointOutcome& out) {
     out.status = "error";
     out.message = e.what();
   }
-  if (lockstep) {
-    const std::string first = procs.first_of(op_ ? std::string() : out.status + "\n" + out.message);
-    if (!first.empty()) {
-      op_.reset();
-      const auto nl = first.find('\n');
-      out.status = first.substr(0, nl);
-      out.message = first.substr(nl + 1);
-    }
-  }
+  if (lockstep && procs.first_failure(!op_, out.status, out.message)) op_.reset();
   if (!op_) {
     prepare_error_ = out.status + ": " + out.message;
     out.samples.clear();

@@ -58,14 +58,7 @@ VerifyCounts verify_points(Backend& backend, const std::vector<const Point*>& po
       status = "ERROR";
       detail = e.what();
     }
-    if (lockstep) {
-      const std::string first = procs.first_of(status == "ok" ? std::string() : status + "\n" + detail);
-      if (!first.empty()) {
-        const auto nl = first.find('\n');
-        status = first.substr(0, nl);
-        detail = first.substr(nl + 1);
-      }
-    }
+    if (lockstep) procs.first_failure(status != "ok", status, detail);
     (status == "ok" ? c.ok : status == "skipped" ? c.skipped : status == "WRONG" ? c.wrong : c.errors)++;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out << fmt::format("[{:>{}}/{}] {:<7} {} ({:.1f} s){}{}\n", i + 1, width, n, status, p.name, s,

@@ -21,6 +21,15 @@ std::string Processes::first_of(const std::string& mine) {
   return {};
 }
 
+bool Processes::first_failure(bool failed, std::string& status, std::string& message) {
+  const std::string first = first_of(failed ? status + "\n" + message : std::string());
+  if (first.empty()) return false;
+  const auto nl = first.find('\n');
+  status = first.substr(0, nl);
+  message = first.substr(nl + 1);
+  return true;
+}
+
 Processes& processes() { return *slot(); }
 
 void set_processes(std::unique_ptr<Processes> p) { slot() = p ? std::move(p) : std::make_unique<Processes>(); }

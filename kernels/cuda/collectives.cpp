@@ -36,12 +36,6 @@ namespace {
 
 bool takes(DType t, const Context&) { return nccl_type(t).has_value(); }
 
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
-
 std::optional<std::string> unsupported(const OpRequest& r, const Context&) {
   const auto count = r.shape["count"], n = r.shape["gpus"];
   if (count == 0 || n == 0) return "a collective needs at least one element and one GPU";
@@ -76,19 +70,10 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
       : ctx_(ctx), r_(r), type_(*nccl_type(r.dtype)), count_(r.shape["count"]), n_(r.shape["gpus"]) {
     const auto a = element_bytes(r.dtype);
     std::tie(send_n_, recv_n_) = collective_rank_elements(r.kind, count_, n_);
-    const Processes& procs = processes();
-    spans_processes_ = procs.size() > 1;
-    // This process's ranks: all of them on its devices, or (over processes) its own on the backend's device.
-    if (spans_processes_) {
-      global_.push_back(static_cast<std::uint64_t>(procs.rank()));
-      devices_.push_back(ctx.device);
-    } else {
-      const int have = device_count();
-      for (std::uint64_t i = 0; i < n_; ++i) {
-        global_.push_back(i);
-        devices_.push_back((ctx.device + static_cast<int>(i)) % have);
-      }
-    }
+    spans_processes_ = processes().size() > 1;
+    const LocalRanks mine = local_ranks(static_cast<int>(n_), ctx.device);
+    for (int g : mine.ranks) global_.push_back(static_cast<std::uint64_t>(g));
+    devices_ = mine.devices;
     ranks_.resize(global_.size());
     std::string failed;
     try {
@@ -111,27 +96,11 @@ class CollectivesOp final : public PreparedOp, public CollectivesOpAccess {
     } catch (const std::exception& e) {
       failed = e.what();
     }
-    if (spans_processes_) {
-      DeviceScope on(ctx.device);
-      init_or_release([&] { ranks_[0].comm = join_processes(static_cast<int>(n_), failed); });
-    } else {
-      if (!failed.empty()) {
-        release();
-        throw std::runtime_error(failed);
-      }
-      std::vector<ncclComm_t> comms(n_);
-      init_or_release([&] { PB_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(n_), devices_.data())); });
-      for (std::uint64_t i = 0; i < n_; ++i) ranks_[i].comm = comms[i];
-    }
-  }
-
-  // NCCL's init, or everything released (the destructor does not run for a constructor that throws).
-  template <class F>
-  void init_or_release(F&& init) {
     try {
-      init();
+      const auto comms = communicators(static_cast<int>(n_), mine, failed);
+      for (std::size_t i = 0; i < ranks_.size(); ++i) ranks_[i].comm = comms[i];
     } catch (...) {
-      release();
+      release();  // the destructor does not run for a constructor that throws
       throw;
     }
   }

@@ -2,8 +2,6 @@
 // chains, and a request's plan.
 #include "cuda/layer_plan.hpp"
 
-#include <cuda_runtime.h>
-
 #include <climits>
 #include <string>
 #include <utility>
@@ -13,6 +11,7 @@
 #include "cuda/linear_cublaslt.hpp"
 #include "cuda/prefill_attention.hpp"
 #include "cuda/prefill_attention_plan.hpp"
+#include "cuda/rank_context.hpp"
 #include "phasebench/error.hpp"
 #include "phasebench/ops/layer.hpp"
 #include "phasebench/processes.hpp"
@@ -34,8 +33,7 @@ std::optional<std::string> layer_op_unsupported(const OpRequest& r, const Contex
   if (gpus > 1) {
     if (!tensor_parallel_layer_maker())
       return "layer: a tensor-parallel layer needs NCCL, and this build has none (no nccl.h was found at configure time)";
-    int have = 0;
-    if (cudaGetDeviceCount(&have) != cudaSuccess) have = 0;
+    const int have = device_count();
     if (procs == 1 && gpus > static_cast<std::uint64_t>(have))
       return "layer: tensor-parallel over " + std::to_string(gpus) + " GPUs (one NCCL rank a GPU); this machine shows " +
              std::to_string(have) + " (CUDA_VISIBLE_DEVICES)";

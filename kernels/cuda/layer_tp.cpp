@@ -51,29 +51,18 @@ class TensorParallelLayerOp final : public PreparedOp, public LayerOpAccess {
  public:
   TensorParallelLayerOp(Context& ctx, const OpRequest& r, const LayerPlan& plan)
       : ctx_(ctx), dtype_(r.dtype), gpus_(plan.gpus) {
-    const Processes& procs = processes();
-    spans_processes_ = procs.size() > 1;
+    spans_processes_ = processes().size() > 1;
+    const LocalRanks mine = local_ranks(gpus_, ctx.device);
+    devices_ = mine.devices;
+    ranks_.resize(mine.ranks.size());
     std::string failed;
     bool unsupported = false;  // a shard this device cannot hold: the point is skipped, not an error
     try {
-      // This process's ranks: every one on its devices, or (over processes) its own on the backend's device.
-      if (spans_processes_) {
-        global_.push_back(procs.rank());
-        devices_.push_back(ctx.device);
-      } else {
-        int have = 0;
-        PB_CUDA_CHECK(cudaGetDeviceCount(&have));
-        for (int i = 0; i < gpus_; ++i) {
-          global_.push_back(i);
-          devices_.push_back((ctx.device + i) % have);
-        }
-      }
-      ranks_.resize(global_.size());
       for (std::size_t i = 0; i < ranks_.size(); ++i) {
         Rank& k = ranks_[i];
         k.context = std::make_unique<RankContext>(devices_[i]);
         DeviceScope on(devices_[i]);
-        k.shard = std::make_unique<LayerShard>(k.context->get(), r, plan, global_[i]);
+        k.shard = std::make_unique<LayerShard>(k.context->get(), r, plan, mine.ranks[i]);
         PB_CUDA_CHECK(cudaEventCreateWithFlags(&k.done, cudaEventDisableTiming));
       }
       DeviceScope on(ctx.device);
@@ -85,16 +74,9 @@ class TensorParallelLayerOp final : public PreparedOp, public LayerOpAccess {
       failed = e.what();
     }
     try {
-      if (spans_processes_) {
-        DeviceScope on(ctx.device);
-        ranks_[0].comm = join_processes(gpus_, failed);
-      } else {
-        if (unsupported) throw Unsupported(failed);
-        if (!failed.empty()) throw std::runtime_error(failed);
-        std::vector<ncclComm_t> comms(ranks_.size());
-        PB_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), devices_.data()));
-        for (std::size_t i = 0; i < ranks_.size(); ++i) ranks_[i].comm = comms[i];
-      }
+      if (!spans_processes_ && unsupported) throw Unsupported(failed);
+      const auto comms = communicators(gpus_, mine, failed);
+      for (std::size_t i = 0; i < ranks_.size(); ++i) ranks_[i].comm = comms[i];
     } catch (...) {
       release();  // the destructor does not run for a constructor that throws
       throw;
@@ -200,8 +182,7 @@ class TensorParallelLayerOp final : public PreparedOp, public LayerOpAccess {
   int gpus_ = 1;
   bool spans_processes_ = false;  // started by mpirun: one rank of gpus_ here
   std::vector<Rank> ranks_;       // this process's ranks
-  std::vector<int> global_;       // their ranks in the communicator
-  std::vector<int> devices_;
+  std::vector<int> devices_;      // their devices
   cudaEvent_t start_ = nullptr;
   bool fault_ = false;
 };

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/rank_context.hpp"
 #include "phasebench/dtype.hpp"
 #include "phasebench/processes.hpp"
 
@@ -59,6 +60,22 @@ inline ncclComm_t join_processes(int nranks, const std::string& failed) {
   ncclComm_t comm = nullptr;
   PB_NCCL_CHECK(ncclCommInitRank(&comm, nranks, boot.id, procs.rank()));
   return comm;
+}
+
+// The communicators of this process's ranks (`mine`, local_ranks): one process,
+// ncclCommInitAll over their devices; under mpirun, join_processes for its one rank
+// on its device. `failed`: why this process is not ready, thrown (under mpirun on
+// every rank, after all heard it) instead of an init.
+inline std::vector<ncclComm_t> communicators(int gpus, const LocalRanks& mine, const std::string& failed) {
+  std::vector<ncclComm_t> comms(mine.ranks.size());
+  if (processes().size() > 1) {
+    DeviceScope on(mine.devices.front());
+    comms.front() = join_processes(gpus, failed);
+    return comms;
+  }
+  if (!failed.empty()) throw std::runtime_error(failed);
+  PB_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), mine.devices.data()));
+  return comms;
 }
 
 // An NCCL op's impl_detail notes: NCCL's version and its ranks' devices ("0,1,2,3").

@@ -2,10 +2,35 @@
 // (rank_context.hpp).
 #include "cuda/rank_context.hpp"
 
+#include <algorithm>
+
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include "phasebench/processes.hpp"
+
 namespace phasebench::cuda {
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+LocalRanks local_ranks(int gpus, int backend_device) {
+  LocalRanks mine;
+  if (processes().size() > 1) {
+    mine.ranks.push_back(processes().rank());
+    mine.devices.push_back(backend_device);
+    return mine;
+  }
+  const int have = std::max(1, device_count());
+  for (int i = 0; i < gpus; ++i) {
+    mine.ranks.push_back(i);
+    mine.devices.push_back((backend_device + i) % have);
+  }
+  return mine;
+}
 
 DeviceScope::DeviceScope(int device) {
   PB_CUDA_CHECK(cudaGetDevice(&previous_));

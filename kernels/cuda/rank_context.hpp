@@ -4,6 +4,7 @@
 // a device current, and a Context of its own on another device (stream,
 // cuBLAS(Lt) handles, workspace), made and released like the backend's.
 #include <cstddef>
+#include <vector>
 
 #include "cuda/cuda_common.hpp"
 
@@ -18,6 +19,17 @@ inline constexpr std::size_t kCublasLtWorkspaceBytes = 64ull << 20;
 // and released (never throws; what is null is skipped).
 void open_handles(Context& ctx);
 void close_handles(Context& ctx) noexcept;
+
+// The GPUs this process sees (0 where CUDA says none).
+int device_count();
+
+// This process's ranks of an op over `gpus` GPUs, with their devices: in one
+// process every rank, on the backend's device and the next ones (wrapping); under
+// mpirun (phasebench/processes.hpp) its own rank, on the backend's device.
+struct LocalRanks {
+  std::vector<int> ranks, devices;
+};
+LocalRanks local_ranks(int gpus, int backend_device);
 
 // Makes `device` current for a scope, then the previous device again.
 class DeviceScope {

@@ -36,6 +36,9 @@ class Processes {
 
   // The first non-empty `mine` in rank order (an error one rank met), on every rank.
   std::string first_of(const std::string& mine);
+  // A point's outcome, the same on every rank: where any rank's `failed`, every
+  // rank takes the first such rank's `status` and `message`. Whether any failed.
+  bool first_failure(bool failed, std::string& status, std::string& message);
 };
 
 // This run's processes: one unless set_processes() was given MPI's.

@@ -71,5 +71,8 @@ struct SummarySection {
 double median_of(std::vector<double> v);
 // A number member of `j` (NaN when absent or not a number).
 double number_or_nan(const nlohmann::json& j, const char* key);
+// A table cell: `v` times `scale` formatted by `format` (fmt's syntax), or "-" where
+// `v` is not a number (null, absent).
+std::string number_or_dash(const nlohmann::json& v, const char* format, double scale = 1);
 
 }  // namespace phasebench

@@ -49,21 +49,15 @@ nlohmann::json collective_json(const Point& p, double median_s, const RunView& r
 
 std::string collectives_section(const SummaryInput& in) {
   std::string rows;
-  auto num = [](const nlohmann::json& v, const char* f) {
-    return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : std::string("-");
-  };
   for (const auto* b : in.standing) {
     const auto& p = b->at("phasebench");
     if (p.value("status", "") != "ok" || !p.contains("collective")) continue;
     const auto& c = p.at("collective");
-    const double t = p.contains("time") ? number_or_nan(p.at("time"), "median_s") : NAN;
+    const auto median = p.contains("time") ? p.at("time").value("median_s", nlohmann::json()) : nlohmann::json();
     rows += fmt::format("  {:<64} {:>10} {:>9} {:>9} {:>7} {:>10}\n", b->value("name", ""),
-                        std::isfinite(t) ? fmt::format("{:.1f} us", t * 1e6) : std::string("-"),
-                        num(c.at("algbw_gbs"), "{:.1f}"), num(c.at("busbw_gbs"), "{:.1f}"),
-                        c.at("busbw_of_link").is_number() ? fmt::format("{:.0f}%", c.at("busbw_of_link").get<double>() * 100)
-                                                          : std::string("-"),
-                        c.at("predicted_s").is_number() ? fmt::format("{:.1f} us", c.at("predicted_s").get<double>() * 1e6)
-                                                        : std::string("-"));
+                        number_or_dash(median, "{:.1f} us", 1e6), number_or_dash(c.at("algbw_gbs"), "{:.1f}"),
+                        number_or_dash(c.at("busbw_gbs"), "{:.1f}"), number_or_dash(c.at("busbw_of_link"), "{:.0f}%", 100),
+                        number_or_dash(c.at("predicted_s"), "{:.1f} us", 1e6));
   }
   if (rows.empty()) return "";
   std::string out =

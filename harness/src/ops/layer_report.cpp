@@ -162,9 +162,7 @@ double per_step(const nlohmann::json& p) {
 // Whole layers: the measured layer and step times against the analytical model's.
 std::string layers_section(const SummaryInput& in) {
   std::string rows;
-  auto ms = [](const nlohmann::json& v) {
-    return v.is_number() ? fmt::format("{:.3f} ms", v.get<double>() * 1e3) : std::string("-");
-  };
+  auto ms = [](const nlohmann::json& v) { return number_or_dash(v, "{:.3f} ms", 1e3); };
   for (const auto* b : in.standing) {
     const auto& p = b->at("phasebench");
     if (p.value("status", "") != "ok" || !p.contains("layer")) continue;
@@ -172,7 +170,7 @@ std::string layers_section(const SummaryInput& in) {
     const auto& ratio = l.at("ratio");
     rows += fmt::format("  {:<58} {:>12} {:>12} {:>12} {:>7}\n", b->value("name", ""), ms(l.at("measured_layer_s")),
                         ms(l.at("measured_step_s")), ms(l.at("predicted_step_s")),
-                        ratio.is_number() ? fmt::format("{:.2f}", ratio.get<double>()) : std::string("-"));
+                        number_or_dash(ratio, "{:.2f}"));
   }
   if (rows.empty()) return "";
   std::string out =
@@ -185,19 +183,14 @@ std::string layers_section(const SummaryInput& in) {
 // Tensor-parallel layers: each beside the same layer on one GPU and the model.
 std::string tensor_parallel_section(const SummaryInput& in) {
   std::string rows;
-  auto ms = [](const nlohmann::json& v) {
-    return v.is_number() ? fmt::format("{:.3f} ms", v.get<double>() * 1e3) : std::string("-");
-  };
-  auto num = [](const nlohmann::json& v, const char* f) {
-    return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : std::string("-");
-  };
+  auto ms = [](const nlohmann::json& v) { return number_or_dash(v, "{:.3f} ms", 1e3); };
   for (const auto* b : in.standing) {
     const auto& p = b->at("phasebench");
     if (p.value("status", "") != "ok" || !p.contains("layer") || p.at("layer").value("gpus", 1) <= 1) continue;
     const auto& l = p.at("layer");
     rows += fmt::format("  {:<58} {:>4} {:>12} {:>12} {:>8} {:>12} {:>12}\n", b->value("name", ""), l.value("gpus", 1),
                         ms(l.at("measured_layer_s")), ms(l.value("one_gpu_layer_s", nlohmann::json())),
-                        num(l.value("speedup", nlohmann::json()), "{:.2f}x"), ms(l.at("predicted_layer_s")),
+                        number_or_dash(l.value("speedup", nlohmann::json()), "{:.2f}x"), ms(l.at("predicted_layer_s")),
                         ms(l.value("predicted_all_reduce_s", nlohmann::json())));
   }
   if (rows.empty()) return "";
