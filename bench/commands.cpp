@@ -572,6 +572,9 @@ int cmd_run(int argc, char** argv) {
   if (!help) benchmark::Initialize(&gb_argc, args.data());
 
   CLI::App app{"Run the benchmark sweep. Google Benchmark's --benchmark_* flags are accepted too.", "phasebench run"};
+  std::string spanning;  // the groups whose points span GPUs, from their declarations
+  for (const auto& g : OpRegistry::get().groups())
+    if (has_gpus_axis(g)) spanning += (spanning.empty() ? "" : ", ") + g.name;
   app.footer(
       "Sampling (default): each point takes samples until their noise (interquartile range / 1.349 / median)\n"
       "is at most --max-noise (2% on a CPU, 0.5% on a GPU), with at least --min-samples (5 CPU, 10 GPU) and for\n"
@@ -581,8 +584,8 @@ int cmd_run(int argc, char** argv) {
       "Google Benchmark flags pass through, e.g. --benchmark_filter=REGEX, --benchmark_repetitions=N,\n"
       "--benchmark_enable_random_interleaving=true, --benchmark_format=console|json|csv,\n"
       "--benchmark_counters_tabular=true, --benchmark_list_tests.\n"
-      "Under mpirun or srun (N ranks, one a GPU): the points that span the ranks (collectives, collectives_sizes,\n"
-      "layer; at --gpus N), sampled in lockstep; rank 0 writes the results (README: Multi-GPU and multi-node).");
+      "Under mpirun or srun (N ranks, one a GPU): the points that span the ranks (" + spanning + "; at --gpus N),\n"
+      "sampled in lockstep; rank 0 writes the results (README: Multi-GPU and multi-node).");
   RunFlags f;
   add_run_flags(app, f);
   try {
